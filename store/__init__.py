@@ -1,0 +1,67 @@
+"""mqadmin's job store: a Redis job queue (a Python re-creation of effect-mq 0.7.0's Redis store).
+
+Plain Python, no Django.  Everything public is importable from here.
+"""
+
+from __future__ import annotations
+
+from store.clock import Clock, FakeClock, system_clock
+from store.connection import connect
+from store.errors import (
+    InvalidCursorError,
+    InvalidRequestError,
+    JobCancelledError,
+    JobNotCancellableError,
+    JobNotFoundError,
+    JobNotPromotableError,
+    JobNotRetryableError,
+    JobStoreError,
+    ListIndexDisabledError,
+    ListOrderUnsupportedError,
+    LockLostError,
+    StoreDefect,
+    StoreFailure,
+)
+from store.records import (
+    ALL_STATES,
+    MISSING,
+    TERMINAL_STATES,
+    AckOutcome,
+    AttemptRecord,
+    BackoffPolicy,
+    CascadeChild,
+    ChildReportResult,
+    ChildResultsPage,
+    Cancelled,
+    Claimed,
+    ClaimResult,
+    Complete,
+    DedupePolicy,
+    Empty,
+    EnqueueRequest,
+    EnqueueResult,
+    ExtendLocksResult,
+    Fail,
+    FanOut,
+    FlowCascade,
+    FlowChildRecord,
+    FlowChildReport,
+    FlowChildSpec,
+    FlowReconcile,
+    FlowState,
+    FlowSweepWork,
+    JobRecord,
+    JobState,
+    KeepPolicy,
+    KeepStatePolicy,
+    ListResult,
+    OutboxEntry,
+    ParentEnvelope,
+    Retry,
+    ScheduleRecord,
+    StalledJob,
+    TraceContext,
+)
+from store.redis_store import RedisJobStore
+
+__all__ = [name for name in dir() if not name.startswith("_") and name != "annotations"]

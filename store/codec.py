@@ -1,0 +1,240 @@
+"""Encoding requests for the Lua scripts and decoding rows back into records.
+
+Payloads, exits and policies are stored as the JSON text produced here and are
+never re-encoded by Redis, so values round-trip exactly (Python's ``json``
+writes the shortest repr of floats and arbitrary-size integers).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from store.errors import InvalidRequestError, JobStoreError
+from store.records import (
+    MISSING,
+    AttemptRecord,
+    BackoffPolicy,
+    EnqueueRequest,
+    FlowState,
+    JobRecord,
+    KeepPolicy,
+    ParentEnvelope,
+    TraceContext,
+)
+
+_dumps = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode
+_dumps_ascii = json.JSONEncoder(ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode
+_loads = json.loads
+
+
+def dumps(value: Any, what: str = "value") -> str:
+    """JSON text for ``value``; refuses NaN/Infinity and anything JSON cannot hold."""
+    try:
+        text = _dumps(value)
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise JobStoreError(f"{what} is not JSON-serialisable: {exc}", exc) from exc
+    if not text.isascii():
+        # Lone surrogates cannot be sent as UTF-8; the escaped form round-trips.
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            text = _dumps_ascii(value)
+    return text
+
+
+def loads(text: str) -> Any:
+    return _loads(text)
+
+
+def encode_exit(value: Any) -> str:
+    """'' for MISSING (no exit), else JSON (``None`` is a real ``null``)."""
+    if value is MISSING:
+        return ""
+    return dumps(value, "exit")
+
+
+def decode_exit(text: str | None) -> Any:
+    return MISSING if text is None or text == "" else _loads(text)
+
+
+def _int_str(value: Any, field: str) -> str:
+    if isinstance(value, bool) or not isinstance(value, int):
+        if isinstance(value, float) and value.is_integer():
+            return str(int(value))
+        raise InvalidRequestError(f"{field} must be an integer, got {value!r}")
+    return str(value)
+
+
+def _number_str(value: Any, field: str) -> str:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise InvalidRequestError(f"{field} must be a finite number, got {value!r}")
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
+        return str(int(value))
+    return repr(value)
+
+
+def _name(value: Any, field: str) -> str:
+    if not isinstance(value, str) or value == "":
+        raise InvalidRequestError(f"{field} must be a non-empty string, got {value!r}")
+    if "\0" in value:
+        raise InvalidRequestError(f"{field} must not contain NUL characters")
+    return value
+
+
+def validate_metadata(metadata: Any) -> Mapping[str, str]:
+    if not isinstance(metadata, Mapping):
+        raise InvalidRequestError(f"metadata must be a mapping of strings, got {type(metadata).__name__}")
+    for key, value in metadata.items():
+        if not isinstance(key, str) or not isinstance(value, str):
+            raise InvalidRequestError(
+                f"metadata keys and values must be strings, got {key!r}: {value!r}"
+            )
+    return metadata
+
+
+def encode_request(req: EnqueueRequest, mode: str, job_id: str) -> list[str]:
+    """The 14 ARGV strings of one request (see ``read_request`` in lua/lib/02_rows.lua).
+
+    Everything is validated here, before any script runs, so a refused request
+    writes nothing.
+    """
+    if not isinstance(req, EnqueueRequest):
+        raise InvalidRequestError(f"expected an EnqueueRequest, got {type(req).__name__}")
+    _name(req.name, "job name")
+    _name(req.queue, "queue name")
+    if req.id is not None:
+        _name(req.id, "job id")
+    attempts = _int_str(req.attempts_max, "attempts_max")
+    if int(attempts) < 1:
+        raise InvalidRequestError(f"attempts_max must be at least 1, got {req.attempts_max!r}")
+    timeout = ""
+    if req.timeout_ms is not None:
+        timeout = _int_str(req.timeout_ms, "timeout_ms")
+        if int(timeout) <= 0:
+            raise InvalidRequestError(f"timeout_ms must be positive, got {req.timeout_ms!r}")
+    delay = _int_str(req.delay_ms if req.delay_ms is not None else 0, "delay_ms")
+    backoff = ""
+    if req.backoff is not None:
+        if req.backoff.kind not in ("fixed", "exponential"):
+            raise InvalidRequestError(f"backoff kind must be 'fixed' or 'exponential', got {req.backoff.kind!r}")
+        _int_str(req.backoff.delay_ms, "backoff.delay_ms")
+        backoff = dumps(req.backoff.to_json(), "backoff")
+    keep = ""
+    if req.keep is not None:
+        for state in ("completed", "failed", "cancelled"):
+            rule = req.keep.for_state(state)
+            if rule is None:
+                continue
+            for field, value in (("count", rule.count), ("age_ms", rule.age_ms)):
+                if value is not None and (_int_str(value, f"keep.{state}.{field}").startswith("-")):
+                    raise InvalidRequestError(f"keep.{state}.{field} must not be negative")
+        keep_json = req.keep.to_json()
+        keep = dumps(keep_json, "keep") if keep_json else ""
+    metadata = validate_metadata(req.metadata)
+    return [
+        mode,
+        job_id,
+        req.name,
+        req.queue,
+        dumps(req.payload, "payload"),
+        dumps(dict(metadata), "metadata") if metadata else "{}",
+        _number_str(req.priority, "priority"),
+        attempts,
+        backoff,
+        keep,
+        timeout,
+        dumps(req.trace.to_json(), "trace") if req.trace is not None else "",
+        dumps(req.parent.to_json(), "parent") if req.parent is not None else "",
+        delay,
+    ]
+
+
+def encode_dedupe(req: EnqueueRequest) -> list[str]:
+    """ARGV for the dedupe policy: key, ttl, extend, replace ('' key = none)."""
+    d = req.dedupe
+    if d is None:
+        return ["", "", "0", "0"]
+    if not isinstance(d.key, str) or d.key == "":
+        raise InvalidRequestError("dedupe key must be a non-empty string")
+    if "\0" in d.key:
+        raise InvalidRequestError("dedupe key must not contain NUL characters")
+    ttl = ""
+    if d.ttl_ms is not None:
+        ttl = _int_str(d.ttl_ms, "dedupe.ttl_ms")
+        if int(ttl) <= 0:
+            raise InvalidRequestError(f"dedupe.ttl_ms must be positive, got {d.ttl_ms!r}")
+    if d.extend and not ttl:
+        raise InvalidRequestError("dedupe extend=True needs ttl_ms (it extends a throttle window)")
+    return [d.key, ttl, "1" if d.extend else "0", "1" if d.replace else "0"]
+
+
+def pairs_to_dict(flat: list[str]) -> dict[str, str]:
+    it = iter(flat)
+    return dict(zip(it, it, strict=True))
+
+
+def _int_or_none(text: str | None) -> int | None:
+    return None if text is None or text == "" else int(text)
+
+
+def _number(text: str) -> float:
+    value = float(text)
+    return int(value) if value.is_integer() and "." not in text and "e" not in text.lower() else value
+
+
+def record_from_hash(job_id: str, h: Mapping[str, str]) -> JobRecord:
+    """Build a JobRecord from a job hash (absent fields mean absent values)."""
+    flow = None
+    if h.get("flow_pending"):
+        flow = FlowState(
+            fail_fast=h.get("flow_fail_fast") == "1",
+            pending=int(h["flow_pending"]),
+            completed=int(h.get("flow_completed") or 0),
+            failed=int(h.get("flow_failed") or 0),
+            cancelled=int(h.get("flow_cancelled") or 0),
+        )
+    backoff = h.get("backoff")
+    keep = h.get("keep")
+    trace = h.get("trace")
+    parent = h.get("parent")
+    metadata = h.get("metadata")
+    return JobRecord(
+        id=job_id,
+        name=h["name"],
+        queue=h["queue"],
+        payload=_loads(h["payload"]) if "payload" in h else None,
+        metadata=_loads(metadata) if metadata else {},
+        state=h.get("state") or "waiting",
+        priority=_number(h.get("priority") or "0"),
+        attempts_max=int(h.get("attempts_max") or 1),
+        attempts_made=int(h.get("attempts_made") or 0),
+        stalled_count=int(h.get("stalled_count") or 0),
+        backoff=BackoffPolicy.coerce(_loads(backoff)) if backoff else None,
+        keep=KeepPolicy.coerce(_loads(keep)) if keep else None,
+        timeout_ms=_int_or_none(h.get("timeout_ms")),
+        cancel_requested=h.get("cancel_requested") == "1",
+        dedupe_key=h.get("dedupe_key") or None,
+        trace=TraceContext.coerce(_loads(trace)) if trace else None,
+        parent=ParentEnvelope.coerce(_loads(parent)) if parent else None,
+        flow=flow,
+        run_at=int(h.get("run_at") or 0),
+        enqueued_at=int(h.get("enqueued_at") or 0),
+        processed_at=_int_or_none(h.get("processed_at")),
+        finished_at=_int_or_none(h.get("finished_at")),
+        exit=decode_exit(h.get("exit")),
+        failed_reason=h.get("failed_reason") or None,
+    )
+
+
+def attempt_from_json(text: str) -> AttemptRecord:
+    doc = _loads(text)
+    return AttemptRecord(
+        attempt=int(doc["attempt"]),
+        started_at=doc.get("started_at"),
+        finished_at=int(doc["finished_at"]),
+        outcome=doc["outcome"],
+        exit=doc["exit"] if "exit" in doc else MISSING,
+    )

@@ -1,0 +1,71 @@
+"""Every Redis key of a store, in one place.
+
+All keys of the store with prefix ``p`` live under the hash tag ``{p}``, so a
+store maps to a single Redis Cluster slot and several stores spread over a
+cluster.  The Lua side builds the same names in ``lua/lib/01_keys.lua``; keep
+the two in step.  Two user strings in one key or member are joined with NUL.
+"""
+
+from __future__ import annotations
+
+NUL = "\0"
+
+
+class StoreKeys:
+    """Key names of one store."""
+
+    def __init__(self, prefix: str) -> None:
+        if not prefix or any(c in prefix for c in "{}\0"):
+            raise ValueError("a store prefix must be non-empty and must not contain '{', '}' or NUL")
+        self.prefix = prefix
+        self.tag = "{" + prefix + "}"
+        tag = self.tag
+        self.seq = f"{tag}:seq"
+        self.all = f"{tag}:all"
+        self.active = f"{tag}:active"
+        self.counts = f"{tag}:counts"
+        self.paused = f"{tag}:paused"
+        self.dedupe_windows = f"{tag}:dedupes:window"
+        self.dedupe_pending = f"{tag}:dedupes:pending"
+        self.keepage = f"{tag}:keepage"
+        self.wake = f"{tag}:wake"
+        self.outbox = f"{tag}:outbox"
+        self.outbox_seq = f"{tag}:outbox:seq"
+        self.flow_owes = f"{tag}:flow:owes"
+        self.schedules = f"{tag}:schedules"
+
+    def job(self, job_id: str) -> str:
+        return f"{self.tag}:job:{job_id}"
+
+    def attempts(self, job_id: str) -> str:
+        return f"{self.tag}:attempts:{job_id}"
+
+    def waiting(self, queue: str, name: str) -> str:
+        return f"{self.tag}:waiting:{queue}{NUL}{name}"
+
+    def delayed(self, queue: str) -> str:
+        return f"{self.tag}:delayed:{queue}"
+
+    def finished(self, state: str) -> str:
+        return f"{self.tag}:finished:{state}"
+
+    def terminal(self, name: str, state: str) -> str:
+        return f"{self.tag}:terminal:{state}:{name}"
+
+    def byname(self, name: str) -> str:
+        return f"{self.tag}:byname:{name}"
+
+    def byqueue(self, queue: str) -> str:
+        return f"{self.tag}:byqueue:{queue}"
+
+    def index_ready(self, kind: str) -> str:
+        return f"{self.tag}:index:{kind}:ready"
+
+    def dedupe(self, name: str, key: str) -> str:
+        return f"{self.tag}:dedupe:{name}{NUL}{key}"
+
+    def stats(self, state: str) -> str:
+        return f"{self.tag}:stats:{state}"
+
+    def schedule(self, key: str) -> str:
+        return f"{self.tag}:schedule:{key}"

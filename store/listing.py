@@ -1,0 +1,153 @@
+"""Routing of ``list`` queries to sorted structures, and the cursor format.
+
+The store serves a query from the narrowest sorted set whose score *is* the
+requested order value (store contract §7.2) and applies the other filters
+("residuals") row by row inside the list script:
+
+==============  ==========================================  ======================
+order_by        source                                      residual filters
+==============  ==========================================  ======================
+finished_at     ``terminal:<state>:<name>`` per state with   queue, metadata
+                a name, else ``finished:<state>`` per state
+run_at          ``delayed:<queue>``                          name, metadata
+enqueued_at     ``byname:<name>`` / ``byqueue:<queue>`` /    the rest of queue,
+                ``all``                                      states, metadata
+==============  ==========================================  ======================
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from store.codec import validate_metadata
+from store.errors import (
+    InvalidCursorError,
+    InvalidRequestError,
+    ListIndexDisabledError,
+    ListOrderUnsupportedError,
+)
+from store.keys import StoreKeys
+from store.records import ALL_STATES, TERMINAL_STATES
+
+#: Rows one list call may examine before it returns a truncated page.
+DEFAULT_SCAN_BUDGET = 2000
+
+ORDER_FIELDS = ("enqueued_at", "run_at", "finished_at")
+_CURSOR = re.compile(r"^(-?\d{1,17}):(.+)$", re.DOTALL)
+
+
+@dataclass(frozen=True)
+class ListPlan:
+    """Where a query is served from and what is left to filter per row."""
+
+    sources: list[str]
+    order: str
+    route: str
+    queue: str = ""
+    name: str = ""
+    states: str = ""
+    metadata: Mapping[str, str] = field(default_factory=dict)
+    residual: tuple[str, ...] = ()
+    empty: bool = False
+
+
+def parse_cursor(cursor: str | None) -> tuple[str, str] | None:
+    """``"<order value>:<id>"`` -> (value, id); split at the first colon (ids may hold colons)."""
+    if cursor is None or cursor == "":
+        return None
+    if not isinstance(cursor, str):
+        raise InvalidCursorError(f"cursor must be a string, got {type(cursor).__name__}")
+    match = _CURSOR.match(cursor)
+    if not match:
+        raise InvalidCursorError(
+            f"malformed cursor {cursor[:80]!r}: expected '<order value>:<job id>' as returned by a previous page"
+        )
+    return match.group(1), match.group(2)
+
+
+def plan_list_query(
+    keys: StoreKeys,
+    indexes: Mapping[str, bool],
+    queue: str | None,
+    name: str | None,
+    states: Iterable[str] | None,
+    metadata: Mapping[str, str] | None,
+    order_by: str,
+    order: str,
+) -> ListPlan:
+    """Route a query (raises the contract's defects for unsupported combinations)."""
+    order_by = {"enqueuedAt": "enqueued_at", "runAt": "run_at", "finishedAt": "finished_at"}.get(
+        order_by, order_by
+    )
+    if order_by not in ORDER_FIELDS:
+        raise InvalidRequestError(f"order_by must be one of {', '.join(ORDER_FIELDS)}, got {order_by!r}")
+    if order not in ("asc", "desc"):
+        raise InvalidRequestError(f"order must be 'asc' or 'desc', got {order!r}")
+    state_list: list[str] | None = None
+    if states is not None:
+        if isinstance(states, str):
+            raise InvalidRequestError("states must be a list of states, not a string")
+        state_list = list(dict.fromkeys(states))
+        unknown = [s for s in state_list if s not in ALL_STATES]
+        if unknown:
+            raise InvalidRequestError(f"unknown states {unknown}; valid: {', '.join(ALL_STATES)}")
+    meta = dict(validate_metadata(metadata or {}))
+    for label, value in (("queue", queue), ("name", name)):
+        if value is not None and (not isinstance(value, str) or value == ""):
+            raise InvalidRequestError(f"{label} filter must be a non-empty string, got {value!r}")
+
+    if order_by == "finished_at":
+        if state_list is None or any(s not in TERMINAL_STATES for s in state_list):
+            raise ListOrderUnsupportedError(
+                "finished_at",
+                "order_by='finished_at' needs states made only of completed, failed and cancelled",
+            )
+        if name is not None:
+            sources = [keys.terminal(name, s) for s in state_list]
+            route = f"terminal:<state>:{name}"
+        else:
+            sources = [keys.finished(s) for s in state_list]
+            route = "finished:<state>"
+        return ListPlan(
+            sources, order, route, queue=queue or "", metadata=meta,
+            residual=_residual(queue=queue, metadata=meta), empty=not state_list,
+        )
+    if order_by == "run_at":
+        if queue is None or not state_list or any(s != "delayed" for s in state_list):
+            raise ListOrderUnsupportedError(
+                "run_at", "order_by='run_at' needs a queue and states=['delayed']"
+            )
+        return ListPlan(
+            [keys.delayed(queue)], order, f"delayed:{queue}", name=name or "", metadata=meta,
+            residual=_residual(name=name, metadata=meta),
+        )
+    states_csv = "" if state_list is None else ",".join(state_list)
+    empty = state_list == []
+    if name is not None:
+        if not indexes.get("name", True):
+            raise ListIndexDisabledError(
+                "name", "listing by name needs the name index, which indexes.name=False disables"
+            )
+        return ListPlan(
+            [keys.byname(name)], order, f"byname:{name}", queue=queue or "", states=states_csv,
+            metadata=meta, residual=_residual(queue=queue, states=state_list, metadata=meta), empty=empty,
+        )
+    if queue is not None:
+        if not indexes.get("queue", True):
+            raise ListIndexDisabledError(
+                "queue", "listing by queue needs the queue index, which indexes.queue=False disables"
+            )
+        return ListPlan(
+            [keys.byqueue(queue)], order, f"byqueue:{queue}", states=states_csv, metadata=meta,
+            residual=_residual(states=state_list, metadata=meta), empty=empty,
+        )
+    return ListPlan(
+        [keys.all], order, "all", states=states_csv, metadata=meta,
+        residual=_residual(states=state_list, metadata=meta), empty=empty,
+    )
+
+
+def _residual(**filters: object) -> tuple[str, ...]:
+    return tuple(k for k, v in filters.items() if v)

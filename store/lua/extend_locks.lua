@@ -1,0 +1,23 @@
+-- extend_locks: the heartbeat for a chunk (at most 500) of held locks.
+--
+-- KEYS[1]  the store's hash tag
+-- ARGV[1]  now   ARGV[2]  duration ms   ARGV[3..]  id, token pairs
+--
+-- Reply: {lost ids, cancel-requested ids}.  A lock whose job carries a
+-- cancel request is reported and NOT extended.
+local now = tonumber(ARGV[1])
+local expires = now + tonumber(ARGV[2])
+local lost, cancel = {}, {}
+for i = 3, #ARGV, 2 do
+  local id, token = ARGV[i], ARGV[i + 1]
+  local f = redis.call('HMGET', k_job(id), 'state', 'lock_token', 'cancel_requested')
+  if f[1] ~= 'active' or f[2] ~= token then
+    lost[#lost + 1] = id
+  elseif f[3] == '1' then
+    cancel[#cancel + 1] = id
+  else
+    redis.call('HSET', k_job(id), 'lock_expires_at', fmt(expires))
+    redis.call('ZADD', K_ACTIVE, expires, id)
+  end
+end
+return { lost, cancel }

@@ -1,0 +1,112 @@
+-- Deleting rows, and the per-job keep policy applied at terminal transitions.
+
+-- A settled flow parent that still owes cancel cascades is exempt from
+-- automatic retention.  The flow scripts keep the owed count per parent.
+local function owes_cascades(id)
+  local owed = redis.call('HGET', K_FLOW_OWES, id)
+  return owed and tonumber(owed) > 0
+end
+
+-- Remove a job and everything that points at it.  Dedupe entries and outbox
+-- entries are deliberately left alone (see the store contract, remove).
+local function delete_job(id)
+  local jk = k_job(id)
+  local f = redis.call('HMGET', jk, 'name', 'queue', 'state', 'seq')
+  local name, queue, state, seq = f[1], f[2], f[3], f[4]
+  if not queue then return false end
+  counts_add(queue, state, -1)
+  redis.call('ZREM', K_ALL, id)
+  redis.call('ZREM', k_byname(name), id)
+  redis.call('ZREM', k_byqueue(queue), id)
+  if state == 'waiting' then
+    rem_waiting(queue, name, seq, id)
+  elseif state == 'delayed' then
+    redis.call('ZREM', k_delayed(queue), id)
+  elseif state == 'active' then
+    redis.call('ZREM', K_ACTIVE, id)
+  elseif is_terminal(state) then
+    redis.call('ZREM', k_finished(state), id)
+    redis.call('ZREM', k_terminal(name, state), id)
+    redis.call('ZREM', K_KEEPAGE, id)
+  end
+  redis.call('DEL', jk, k_attempts(id))
+  return true
+end
+
+-- The keep rule for one state: the policy of the job that just finished.  The
+-- flat legacy shape {count, age_ms} means the same rule for every state.
+local function keep_rule(keep_json, state)
+  if not keep_json then return nil end
+  local ok, keep = pcall(cjson.decode, keep_json)
+  if not ok or type(keep) ~= 'table' then return nil end
+  local rule = keep[state]
+  if type(rule) == 'table' then return rule end
+  if keep.completed == nil and keep.failed == nil and keep.cancelled == nil
+      and (keep.count ~= nil or keep.age_ms ~= nil) then
+    return keep
+  end
+  return nil
+end
+
+-- How many rows one terminal transition may prune; the rest is pruned by the
+-- next transitions of the group and by the history sweep.
+local KEEP_BUDGET = 500
+local TIE_LIMIT = 1000
+
+-- Apply keep to the (name, state) group after a job of that group finished.
+local function apply_keep(name, state, rule, now)
+  local tk = k_terminal(name, state)
+  local budget = KEEP_BUDGET
+  local age = tonumber(rule.age_ms)
+  if age then
+    local old = redis.call('ZRANGEBYSCORE', tk, '-inf', now - age, 'LIMIT', 0, budget)
+    for _, id in ipairs(old) do
+      if not owes_cascades(id) then
+        delete_job(id)
+        budget = budget - 1
+      end
+    end
+  end
+  local count = tonumber(rule.count)
+  if count == nil or budget <= 0 then return end
+  count = math.floor(math.max(0, count))
+  if redis.call('ZCARD', tk) <= count then return end
+  -- Order is finished_at desc, then seq desc.  Rows scored above the row at
+  -- rank `count` are kept, rows below it are pruned, and rows tied with it are
+  -- ordered by seq (a zset score cannot carry that tie-break).
+  local at = redis.call('ZREVRANGE', tk, count, count, 'WITHSCORES')
+  if #at == 0 then return end
+  local boundary = at[2]
+  local above = redis.call('ZCOUNT', tk, '(' .. boundary, '+inf')
+  local ties = redis.call('ZRANGEBYSCORE', tk, boundary, boundary, 'LIMIT', 0, TIE_LIMIT)
+  local ranked = {}
+  for i, id in ipairs(ties) do
+    ranked[i] = { id = id, seq = tonumber(redis.call('HGET', k_job(id), 'seq')) or 0 }
+  end
+  table.sort(ranked, function(a, b) return a.seq > b.seq end)
+  local slots = count - above
+  for i, row in ipairs(ranked) do
+    if i > slots and budget > 0 and not owes_cascades(row.id) then
+      delete_job(row.id)
+      budget = budget - 1
+    end
+  end
+  if budget <= 0 then return end
+  local below = redis.call('ZREVRANGEBYSCORE', tk, '(' .. boundary, '-inf', 'LIMIT', 0, budget)
+  for _, id in ipairs(below) do
+    if not owes_cascades(id) then delete_job(id) end
+  end
+end
+
+-- Bookkeeping for a row that just became terminal: the finished/terminal
+-- indexes, its own age deadline (for the timer sweep), then the group's keep.
+-- apply_prune=false reproduces the contract's stall-exhaustion quirk.
+local function retain_terminal(id, name, state, keep_json, now, apply_prune)
+  redis.call('ZADD', k_finished(state), now, id)
+  redis.call('ZADD', k_terminal(name, state), now, id)
+  local rule = keep_rule(keep_json, state)
+  if not rule then return end
+  local age = tonumber(rule.age_ms)
+  if age then redis.call('ZADD', K_KEEPAGE, now + age, id) end
+  if apply_prune then apply_keep(name, state, rule, now) end
+end

@@ -1,0 +1,76 @@
+-- State transitions shared by several scripts.
+
+-- The fields every transition needs, read in one call.
+local function snapshot(id)
+  local f = redis.call('HMGET', k_job(id), 'state', 'queue', 'name', 'seq', 'priority',
+    'processed_at', 'cancel_requested', 'keep', 'dedupe_key', 'lock_token')
+  if not f[1] then return nil end
+  return {
+    state = f[1], queue = f[2], name = f[3], seq = f[4], priority = f[5] or '0',
+    processed_at = f[6] or nil, cancel_requested = f[7] == '1', keep = f[8] or nil,
+    dedupe_key = f[9] or nil, lock_token = f[10] or nil,
+  }
+end
+
+-- Take a job out of the structure that holds it in its current state.
+local function unlink_from_state(id, j)
+  if j.state == 'waiting' then
+    rem_waiting(j.queue, j.name, j.seq, id)
+  elseif j.state == 'delayed' then
+    redis.call('ZREM', k_delayed(j.queue), id)
+  elseif j.state == 'active' then
+    redis.call('ZREM', K_ACTIVE, id)
+  end
+end
+
+-- Move a job into a terminal state with all the bookkeeping of the contract:
+-- finished_at, cleared lock and cancel flag, counters, ledger, outbox, dedupe
+-- release, retention.  exit_json (raw JSON or nil) is stored on the record
+-- when store_exit is true; ledger_exit goes into the ledger entry.
+local function finish(id, j, to_state, opts, now)
+  local jk = k_job(id)
+  unlink_from_state(id, j)
+  redis.call('HSET', jk, 'state', to_state, 'finished_at', fmt(now))
+  redis.call('HDEL', jk, 'cancel_requested', 'lock_token', 'lock_expires_at')
+  if opts.store_exit and opts.exit_json then redis.call('HSET', jk, 'exit', opts.exit_json) end
+  if opts.failed_reason then redis.call('HSET', jk, 'failed_reason', opts.failed_reason) end
+  counts_add(j.queue, j.state, -1)
+  counts_add(j.queue, to_state, 1)
+  redis.call('HINCRBY', K_STATS .. to_state, fmt(math.floor(now / 60000)), 1)
+  append_attempt(id, opts.ledger or to_state, j.processed_at, now, opts.ledger_exit)
+  append_outbox(id, to_state)
+  release_dedupe(j.name, j.dedupe_key, id, now)
+  retain_terminal(id, j.name, to_state, j.keep, now, opts.prune ~= false)
+end
+
+-- An active job whose cancel request is honoured (by release, a Retry ack or
+-- stall recovery): cancelled, with a single 'cancelled' ledger entry.
+local function finish_cancelled(id, j, now)
+  finish(id, j, 'cancelled', {}, now)
+end
+
+-- Put a job back into waiting with the given seq (kept or fresh).
+local function make_waiting(id, j, seq, now, run_at)
+  local jk = k_job(id)
+  unlink_from_state(id, j)
+  local fields = { 'state', 'waiting', 'seq', fmt(seq) }
+  if run_at then fields[5] = 'run_at'; fields[6] = fmt(run_at) end
+  redis.call('HSET', jk, unpack(fields))
+  redis.call('HDEL', jk, 'lock_token', 'lock_expires_at')
+  add_waiting(j.queue, j.name, j.priority, seq, id)
+  counts_add(j.queue, j.state, -1)
+  counts_add(j.queue, 'waiting', 1)
+end
+
+-- cancel(id): returns 'ok', 'notfound', or 'state' plus the current state.
+local function cancel_job(id, now)
+  local j = snapshot(id)
+  if not j then return { 'notfound' } end
+  if j.state == 'active' then
+    redis.call('HSET', k_job(id), 'cancel_requested', '1')
+    return { 'ok' }
+  end
+  if is_terminal(j.state) then return { 'state', j.state } end
+  finish(id, j, 'cancelled', {}, now)
+  return { 'ok' }
+end

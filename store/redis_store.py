@@ -1,0 +1,588 @@
+"""``RedisJobStore``: the job lifecycle on Redis, one Lua script per atomic operation.
+
+Every operation reads the injected clock once and passes ``now`` to its script;
+every script receives the store's hash tag as KEYS[1] and touches only keys
+under it.  Work that can grow with the data is paged from Python in bounded
+calls (chunks of at most 500).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any
+
+from redis.exceptions import RedisError
+
+from store import codec
+from store.clock import system_clock
+from store.errors import (
+    InvalidRequestError,
+    JobNotCancellableError,
+    JobNotFoundError,
+    JobNotPromotableError,
+    JobNotRetryableError,
+    JobStoreError,
+    LockLostError,
+)
+from store.keys import StoreKeys
+from store.listing import DEFAULT_SCAN_BUDGET, parse_cursor, plan_list_query
+from store.records import (
+    ALL_STATES,
+    TERMINAL_STATES,
+    AckOutcome,
+    AttemptRecord,
+    Cancelled,
+    Claimed,
+    ClaimResult,
+    Complete,
+    Empty,
+    EnqueueRequest,
+    EnqueueResult,
+    ExtendLocksResult,
+    Fail,
+    JobRecord,
+    ListResult,
+    Retry,
+    StalledJob,
+)
+from store.scripts import ScriptRegistry
+from store.wake import BROADCAST, WakeHub
+
+logger = logging.getLogger(__name__)
+
+#: The largest number of items one script call handles.
+BATCH = 500
+#: Rows per page of the history and dedupe sweeps.
+SWEEP_PAGE = 200
+#: How many times a store-assigned id may be drawn before the enqueue fails.
+ID_DRAWS = 5
+
+IdGenerator = Callable[[EnqueueRequest], str]
+HistoryTtl = int | Mapping[str, int] | None
+
+
+def normalize_history_ttl(value: Any) -> dict[str, int]:
+    """``history_ttl`` per terminal state, in ms; refuses shapes that would wipe history."""
+    if value is None:
+        return {}
+    if hasattr(value, "total_seconds"):
+        value = int(value.total_seconds() * 1000)
+    if isinstance(value, Mapping):
+        unknown = set(value) - TERMINAL_STATES
+        if unknown:
+            raise InvalidRequestError(f"history_ttl has unknown states: {sorted(unknown)}")
+        if not value:
+            raise InvalidRequestError(
+                "history_ttl={} names no state; give a duration in ms or "
+                "{'completed': ms, 'failed': ms, 'cancelled': ms}"
+            )
+        out = {}
+        for state, ttl in value.items():
+            if ttl is None:
+                continue
+            out[state] = _positive_ms(ttl, f"history_ttl[{state!r}]")
+        return out
+    ttl = _positive_ms(value, "history_ttl")
+    return {state: ttl for state in ("completed", "failed", "cancelled")}
+
+
+def _positive_ms(value: Any, what: str) -> int:
+    if hasattr(value, "total_seconds"):
+        value = int(value.total_seconds() * 1000)
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        raise InvalidRequestError(f"{what} must be a positive number of milliseconds, got {value!r}")
+    return int(value)
+
+
+def normalize_indexes(value: Any) -> dict[str, bool]:
+    if value is True or value is None:
+        return {"name": True, "queue": True}
+    if value is False:
+        return {"name": False, "queue": False}
+    if isinstance(value, Mapping):
+        unknown = set(value) - {"name", "queue"}
+        if unknown:
+            raise InvalidRequestError(f"indexes has unknown kinds: {sorted(unknown)}")
+        return {"name": bool(value.get("name", True)), "queue": bool(value.get("queue", True))}
+    raise InvalidRequestError(f"indexes must be True, False or {{'name': bool, 'queue': bool}}, got {value!r}")
+
+
+def _score_int(score: str) -> int:
+    return int(float(score))
+
+
+@contextlib.contextmanager
+def redis_errors(operation: str) -> Iterator[None]:
+    """Connection and server errors reach callers as JobStoreError with the cause chained."""
+    try:
+        yield
+    except RedisError as exc:
+        raise JobStoreError(f"{operation} failed: {exc}", exc) from exc
+
+
+class RedisJobStore:
+    """The job store on one Redis (standalone, TLS, unix socket or Cluster)."""
+
+    def __init__(
+        self,
+        client: Any,
+        prefix: str = "mq",
+        indexes: Any = True,
+        id_generator: IdGenerator | None = None,
+        clock: Callable[[], int] | None = None,
+        history_ttl: HistoryTtl = None,
+        store_key: str = "default",
+    ) -> None:
+        try:
+            self.keys = StoreKeys(prefix)
+        except ValueError as exc:
+            raise InvalidRequestError(str(exc)) from exc
+        encoder = getattr(client, "get_encoder", None)
+        if encoder is not None and not getattr(encoder(), "decode_responses", True):
+            raise InvalidRequestError(
+                "RedisJobStore needs a client created with decode_responses=True (store.connect does this)"
+            )
+        self.client = client
+        self.prefix = prefix
+        self.store_key = store_key
+        self.indexes = normalize_indexes(indexes)
+        self.history_ttl = normalize_history_ttl(history_ttl)
+        self._id_generator = id_generator
+        self._clock = clock or system_clock
+        self._idx = ("1" if self.indexes["name"] else "0") + ("1" if self.indexes["queue"] else "0")
+        self._scripts = ScriptRegistry(client, self.keys.tag)
+        self._wake = WakeHub(client, self.keys.wake)
+
+    def __repr__(self) -> str:
+        return f"RedisJobStore(prefix={self.prefix!r}, store_key={self.store_key!r})"
+
+    def close(self) -> None:
+        """Stop the wake subscriber.  The Redis client belongs to the caller."""
+        self._wake.close()
+
+    def now(self) -> int:
+        return int(self._clock())
+
+    def _run(self, script: str, *args: Any) -> Any:
+        with redis_errors(script):
+            return self._scripts(script, *args)
+
+    # ------------------------------------------------------------------ enqueue
+
+    def enqueue(self, request: EnqueueRequest) -> EnqueueResult:
+        """Insert one job (explicit-id check, dedupe tree, id resolution, insert, wake)."""
+        dedupe = codec.encode_dedupe(request)
+        if request.id is not None:
+            mode, job_id = "user", request.id
+        elif self._id_generator is not None:
+            mode, job_id = "generated", ""
+        else:
+            mode, job_id = "auto", ""
+        args = codec.encode_request(request, mode, job_id)
+        now = self.now()
+        draws = 0
+        while True:
+            if mode == "generated" and (job_id or not request.dedupe):
+                if draws >= ID_DRAWS:
+                    break
+                job_id = self._draw_id(request)
+                draws += 1
+                args[1] = job_id
+            reply = self._run("enqueue", now, self._idx, *args, *dedupe)
+            code = reply[0]
+            if code == "new":
+                self._wake.signal(request.queue)
+                return EnqueueResult(reply[1], False)
+            if code == "dup":
+                return EnqueueResult(reply[1], True)
+            if code == "replaced":
+                self._wake.signal(reply[2])
+                return EnqueueResult(reply[1], True)
+            if code == "needid":
+                # The dedupe tree let the request through: now draw an id.
+                job_id = "pending"
+                continue
+            if code == "noid":
+                break
+            if code != "collision":
+                raise JobStoreError(f"enqueue: unexpected reply {reply!r}")
+        raise JobStoreError("enqueue failed: could not generate a unique job id")
+
+    def _draw_id(self, request: EnqueueRequest) -> str:
+        assert self._id_generator is not None
+        job_id = self._id_generator(request)
+        if not isinstance(job_id, str) or not job_id or "\0" in job_id:
+            raise JobStoreError(f"the id generator returned an invalid job id: {job_id!r}")
+        return job_id
+
+    def enqueue_many(self, requests: Sequence[EnqueueRequest]) -> list[EnqueueResult]:
+        """Insert many jobs with single-enqueue semantics per item, positional results.
+
+        Items with a dedupe policy go through ``enqueue`` in order; runs of plain
+        items between them are inserted in chunks of 500 per script call.  Not
+        one transaction: on a failure the items already inserted stay (their
+        queues are woken) and the call raises ``JobStoreError``.
+        """
+        requests = list(requests)
+        # Validate everything first: one bad item refuses the whole batch.
+        encoded: list[list[str] | None] = []
+        for req in requests:
+            if isinstance(req, EnqueueRequest) and req.dedupe is not None:
+                codec.encode_dedupe(req)
+                codec.encode_request(req, "user", "")
+                encoded.append(None)
+            else:
+                mode = "user" if req.id is not None else ("generated" if self._id_generator else "auto")
+                encoded.append(codec.encode_request(req, mode, req.id or ""))
+        results: list[EnqueueResult | None] = [None] * len(requests)
+        woken: set[str] = set()
+        try:
+            i = 0
+            while i < len(requests):
+                if encoded[i] is None:
+                    results[i] = self.enqueue(requests[i])
+                    i += 1
+                    continue
+                j = i
+                while j < len(requests) and encoded[j] is not None:
+                    j += 1
+                self._insert_plain(requests, encoded, range(i, j), results, woken)
+                i = j
+        finally:
+            for queue in woken:
+                self._wake.signal(queue)
+        return [r for r in results if r is not None]
+
+    def _insert_plain(
+        self,
+        requests: list[EnqueueRequest],
+        encoded: list[list[str] | None],
+        positions: range,
+        results: list[EnqueueResult | None],
+        woken: set[str],
+    ) -> None:
+        pending = list(positions)
+        now = self.now()
+        for _ in range(ID_DRAWS):
+            if not pending:
+                return
+            retry: list[int] = []
+            for start in range(0, len(pending), BATCH):
+                chunk = pending[start : start + BATCH]
+                args: list[str] = []
+                for pos in chunk:
+                    item = encoded[pos]
+                    assert item is not None
+                    if item[0] == "generated":
+                        item[1] = self._draw_id(requests[pos])
+                    args.extend(item)
+                reply = self._run("enqueue_many", now, self._idx, len(chunk), *args)
+                for k, pos in enumerate(chunk):
+                    code, job_id = reply[2 * k], reply[2 * k + 1]
+                    if code == "new":
+                        results[pos] = EnqueueResult(job_id, False)
+                        woken.add(requests[pos].queue)
+                    elif code == "dup":
+                        results[pos] = EnqueueResult(job_id, True)
+                    elif code == "collision":
+                        retry.append(pos)
+                    else:
+                        raise JobStoreError("enqueue failed: could not generate a unique job id")
+            pending = retry
+        if pending:
+            raise JobStoreError("enqueue failed: could not generate a unique job id")
+
+    # ------------------------------------------------------------------ claim / ack
+
+    def claim(
+        self,
+        queue: str = "default",
+        names: Iterable[str] = (),
+        token: str = "",
+        lock_duration_ms: int = 30_000,
+    ) -> ClaimResult:
+        """Take the best waiting job of ``queue`` whose name is in ``names``, under ``token``."""
+        names = list(names)
+        if not token:
+            raise InvalidRequestError("claim needs a lock token")
+        self._wake.ensure_subscribed()
+        wake_token = self._wake.version
+        now = self.now()
+        reply = self._run("claim", now, token, int(lock_duration_ms), queue, *names)
+        if reply[0] == "claimed":
+            return Claimed(codec.record_from_hash(reply[1], codec.pairs_to_dict(reply[2])))
+        next_run_at = int(float(reply[1])) if reply[1] != "" else None
+        return Empty(next_run_at, wake_token)
+
+    def ack(self, job_id: str, token: str, outcome: AckOutcome) -> None:
+        """Record the outcome of the run ``token`` holds."""
+        if isinstance(outcome, Complete):
+            args = ("complete", codec.encode_exit(outcome.exit), 0)
+        elif isinstance(outcome, Fail):
+            args = ("fail", codec.encode_exit(outcome.exit), 0)
+        elif isinstance(outcome, Retry):
+            args = ("retry", codec.encode_exit(outcome.exit), max(0, int(outcome.delay_ms or 0)))
+        elif isinstance(outcome, Cancelled):
+            args = ("cancelled", "", 0)
+        else:
+            raise InvalidRequestError(f"unknown ack outcome: {outcome!r}")
+        reply = self._run("ack", self.now(), job_id, token, *args)
+        self._check_lock_reply(reply, job_id)
+        if isinstance(outcome, Retry):
+            self._wake.signal(reply[1])
+
+    @staticmethod
+    def _check_lock_reply(reply: list[Any], job_id: str) -> None:
+        code = reply[0]
+        if code == "notfound":
+            raise JobNotFoundError(job_id)
+        if code == "locklost":
+            raise LockLostError(job_id)
+
+    def release(self, job_id: str, token: str) -> None:
+        """Hand a held job back to waiting without using an attempt (shutdown)."""
+        reply = self._run("release", self.now(), job_id, token)
+        self._check_lock_reply(reply, job_id)
+        self._wake.signal(reply[1])
+
+    def extend_locks(
+        self, locks: Iterable[tuple[str, str] | Mapping[str, str]], duration_ms: int
+    ) -> ExtendLocksResult:
+        """The heartbeat: extend each held lock to now + duration_ms."""
+        pairs: list[str] = []
+        for lock in locks:
+            if isinstance(lock, Mapping):
+                pairs.extend((lock["id"], lock["token"]))
+            else:
+                job_id, token = lock
+                pairs.extend((job_id, token))
+        lost: list[str] = []
+        cancel: list[str] = []
+        now = self.now()
+        for start in range(0, len(pairs), 2 * BATCH):
+            reply = self._run("extend_locks", now, int(duration_ms), *pairs[start : start + 2 * BATCH])
+            lost.extend(reply[0])
+            cancel.extend(reply[1])
+        return ExtendLocksResult(lost, cancel)
+
+    def recover_stalled(self, max_stalled_count: int = 1) -> list[StalledJob]:
+        """Requeue (or fail, past the stall limit) every active job whose lock expired."""
+        now = self.now()
+        out: list[StalledJob] = []
+        requeued = 0
+        while True:
+            reply = self._run("recover_stalled", now, int(max_stalled_count), BATCH)
+            examined, requeued_page = int(reply[0]), int(reply[1])
+            requeued += requeued_page
+            for k in range(2, len(reply), 2):
+                out.append(StalledJob(reply[k], reply[k + 1] == "1"))
+            if examined < BATCH:
+                break
+        if requeued:
+            self._wake.signal(BROADCAST)
+        return out
+
+    def await_wake(self, queues: Iterable[str], wake_token: int, timeout_ms: int | None = None) -> bool:
+        """Block until new work may be runnable on one of ``queues`` since ``wake_token``.
+
+        Returns True when woken (spurious wake-ups are allowed), False when
+        ``timeout_ms`` passed first.
+        """
+        self._wake.ensure_subscribed()
+        timeout_s = None if timeout_ms is None else max(0.0, timeout_ms / 1000)
+        return self._wake.wait(queues, int(wake_token), timeout_s)
+
+    # ------------------------------------------------------------------ reads
+
+    def get_job(self, job_id: str) -> JobRecord | None:
+        with redis_errors("get_job"):
+            h = self.client.hgetall(self.keys.job(job_id))
+        return codec.record_from_hash(job_id, h) if h else None
+
+    def get_attempts(self, job_id: str) -> list[AttemptRecord]:
+        with redis_errors("get_attempts"):
+            rows = self.client.lrange(self.keys.attempts(job_id), 0, -1)
+        return [codec.attempt_from_json(row) for row in rows]
+
+    def counts(self, queue: str | None = None) -> dict[str, int]:
+        """Jobs per state (all seven states), from O(1) counters; optionally one queue."""
+        out = dict.fromkeys(ALL_STATES, 0)
+        with redis_errors("counts"):
+            if queue is not None:
+                values = self.client.hmget(self.keys.counts, [f"{queue}|{s}" for s in ALL_STATES])
+                for state, value in zip(ALL_STATES, values, strict=True):
+                    out[state] = int(value or 0)
+                return out
+            fields = self.client.hgetall(self.keys.counts)
+        for field, value in fields.items():
+            state = field.rsplit("|", 1)[1]
+            if state in out:
+                out[state] += int(value)
+        return out
+
+    def counts_by_queue(self) -> dict[str, dict[str, int]]:
+        """Counts for every queue that ever held a job: ``{queue: {state: n}}``."""
+        with redis_errors("counts"):
+            fields = self.client.hgetall(self.keys.counts)
+        out: dict[str, dict[str, int]] = {}
+        for field, value in fields.items():
+            queue, state = field.rsplit("|", 1)
+            if state in ALL_STATES:
+                out.setdefault(queue, dict.fromkeys(ALL_STATES, 0))[state] = int(value)
+        return out
+
+    # ------------------------------------------------------------------ list
+
+    def list(
+        self,
+        queue: str | None = None,
+        name: str | None = None,
+        states: Iterable[str] | None = None,
+        metadata: Mapping[str, str] | None = None,
+        order_by: str = "enqueued_at",
+        order: str = "desc",
+        cursor: str | None = None,
+        limit: int = 50,
+        scan_budget: int = DEFAULT_SCAN_BUDGET,
+    ) -> ListResult:
+        """One page of jobs, newest first by default, from the narrowest sorted structure.
+
+        ``cursor`` is ``"<order value>:<id>"`` from a previous page with the same
+        options; a malformed one raises ``InvalidCursorError``.  Each call
+        examines at most ``scan_budget`` rows: when residual filters (those the
+        routed structure does not serve) leave the page short at that point, the
+        result has ``truncated=True`` and a cursor that continues the scan.
+        """
+        plan = plan_list_query(
+            self.keys, self.indexes, queue, name, states, metadata, order_by, order
+        )
+        position = parse_cursor(cursor)
+        limit = max(1, int(limit))
+        if plan.empty:
+            return ListResult([], None)
+        args: list[Any] = [
+            plan.order,
+            limit,
+            max(1, int(scan_budget)),
+            "1" if position else "0",
+            position[0] if position else "",
+            position[1] if position else "",
+            plan.queue,
+            plan.name,
+            plan.states,
+            len(plan.sources),
+            *plan.sources,
+            len(plan.metadata),
+        ]
+        for key, value in plan.metadata.items():
+            args.extend((key, value))
+        reply = self._run("list", *args)
+        more, truncated, scanned = reply[0] == "1", reply[1] == "1", int(reply[2])
+        items = [
+            codec.record_from_hash(reply[k], codec.pairs_to_dict(reply[k + 1]))
+            for k in range(7, len(reply), 2)
+        ]
+        next_cursor = None
+        if truncated and reply[6]:
+            next_cursor = f"{_score_int(reply[5])}:{reply[6]}"
+        elif more:
+            next_cursor = f"{_score_int(reply[3])}:{reply[4]}"
+        return ListResult(items, next_cursor, truncated, scanned)
+
+    # ------------------------------------------------------------------ admin verbs
+
+    def retry(self, job_id: str) -> None:
+        """Revive a failed job with a fresh budget."""
+        reply = self._run("retry", self.now(), job_id)
+        self._check_state_reply(reply, job_id, JobNotRetryableError)
+        self._wake.signal(reply[1])
+
+    def cancel(self, job_id: str) -> None:
+        """Cancel a waiting/delayed job now; flag an active one for its holder."""
+        reply = self._run("cancel", self.now(), job_id)
+        self._check_state_reply(reply, job_id, JobNotCancellableError)
+
+    def cancel_by_dedupe(self, name: str, key: str) -> bool:
+        """Cancel the job a (name, dedupe key) entry points at; False when nothing is pending."""
+        reply = self._run("cancel_by_dedupe", self.now(), name, key)
+        return reply[0] == "ok"
+
+    def promote(self, job_id: str) -> None:
+        """Make a delayed job runnable now (it keeps its FIFO position)."""
+        reply = self._run("promote", self.now(), job_id)
+        self._check_state_reply(reply, job_id, JobNotPromotableError)
+        self._wake.signal(reply[1])
+
+    @staticmethod
+    def _check_state_reply(reply: list[Any], job_id: str, state_error: type[Exception]) -> None:
+        code = reply[0]
+        if code == "notfound":
+            raise JobNotFoundError(job_id)
+        if code == "state":
+            raise state_error(job_id, reply[1])
+
+    def remove(self, job_id: str) -> bool:
+        """Delete a job that is neither active nor a parked flow parent."""
+        return bool(self._run("remove", job_id))
+
+    def pause(self, queue: str) -> None:
+        with redis_errors("pause"):
+            self.client.sadd(self.keys.paused, queue)
+
+    def resume(self, queue: str) -> None:
+        if self._run("resume", queue):
+            self._wake.signal(queue)
+
+    def paused_queues(self) -> list[str]:
+        with redis_errors("paused_queues"):
+            return sorted(self.client.smembers(self.keys.paused))
+
+    # ------------------------------------------------------------------ maintenance
+
+    def sweep_state(self) -> dict[str, int]:
+        """One history sweep: delete terminal rows past ``history_ttl`` or their own keep.age_ms.
+
+        Paged in bounded calls; only rows that are due are read.  Safe to run
+        in many processes at once.
+        """
+        now = self.now()
+        scanned = deleted = 0
+        for state in ("completed", "failed", "cancelled"):
+            ttl = self.history_ttl.get(state)
+            if ttl is None:
+                continue
+            s, d = self._sweep_pages("ttl", now, state, str(now - ttl))
+            scanned, deleted = scanned + s, deleted + d
+        s, d = self._sweep_pages("age", now, "", "")
+        return {"scanned": scanned + s, "deleted": deleted + d}
+
+    def _sweep_pages(self, phase: str, now: int, state: str, cutoff: str) -> tuple[int, int]:
+        scanned = deleted = offset = 0
+        while True:
+            reply = self._run("sweep_history", phase, now, SWEEP_PAGE, offset, state, cutoff)
+            page, page_deleted, skipped = (int(x) for x in reply)
+            scanned += page
+            deleted += page_deleted
+            offset += skipped
+            if page < SWEEP_PAGE:
+                return scanned, deleted
+
+    def sweep_dedupes(self) -> int:
+        """Prune dead dedupe entries (ended windows; pending entries of gone/terminal jobs)."""
+        now = self.now()
+        pruned = 0
+        while True:
+            scanned, n, _ = self._run("sweep_dedupes", "window", now, SWEEP_PAGE, "")
+            pruned += int(n)
+            if int(scanned) < SWEEP_PAGE:
+                break
+        cursor = "-"
+        while True:
+            scanned, n, last = self._run("sweep_dedupes", "pending", now, SWEEP_PAGE, cursor)
+            pruned += int(n)
+            if int(scanned) < SWEEP_PAGE or not last:
+                break
+            cursor = "(" + last
+        return pruned
