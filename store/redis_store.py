@@ -26,6 +26,7 @@ from store.errors import (
     JobStoreError,
     LockLostError,
 )
+from store.indexes import reconcile_indexes
 from store.keys import StoreKeys
 from store.listing import DEFAULT_SCAN_BUDGET, parse_cursor, plan_list_query
 from store.records import (
@@ -154,6 +155,8 @@ class RedisJobStore:
         self._idx = ("1" if self.indexes["name"] else "0") + ("1" if self.indexes["queue"] else "0")
         self._scripts = ScriptRegistry(client, self.keys.tag)
         self._wake = WakeHub(client, self.keys.wake)
+        # Fatal on failure: a store never starts with half-configured indexes.
+        reconcile_indexes(self, self.now())
 
     def __repr__(self) -> str:
         return f"RedisJobStore(prefix={self.prefix!r}, store_key={self.store_key!r})"
@@ -168,6 +171,11 @@ class RedisJobStore:
     def _run(self, script: str, *args: Any) -> Any:
         with redis_errors(script):
             return self._scripts(script, *args)
+
+    def _command(self, operation: str, command: str, *args: Any) -> Any:
+        """One plain redis-py command, with errors mapped to JobStoreError."""
+        with redis_errors(operation):
+            return getattr(self.client, command)(*args)
 
     # ------------------------------------------------------------------ enqueue
 

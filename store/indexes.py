@@ -1,0 +1,78 @@
+"""The optional list indexes (``byname:<name>``, ``byqueue:<queue>``) and their lifecycle.
+
+Index writes happen at the two choke points every job passes (row insert and
+row delete), so an index is only complete if every writer of the prefix had
+it enabled: the ``indexes`` setting is a per-prefix invariant.  At store
+construction each kind is reconciled (store contract §7.3):
+
+* enabled, no ready marker -> full rebuild by a driver-paged ZSCAN of ``all``
+  (500 ids per script call), then the marker is set to the boot time;
+* enabled, marker present -> tail heal of rows enqueued since marker - 60 s,
+  then the marker is re-stamped (this is what makes rolling deploys converge);
+* disabled -> only the marker is deleted; index zsets are never deleted at
+  boot (a sibling may still read them; ``reclaim_indexes`` frees them).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from store.redis_store import RedisJobStore
+
+logger = logging.getLogger(__name__)
+
+INDEX_KINDS = ("name", "queue")
+TAIL_MARGIN_MS = 60_000
+PAGE = 500
+
+Progress = Callable[[int], None]
+
+
+def reconcile_indexes(store: RedisJobStore, boot_at: int) -> None:
+    """Bring both index kinds in line with this store's configuration (at boot)."""
+    for kind in INDEX_KINDS:
+        marker = store.keys.index_ready(kind)
+        if not store.indexes[kind]:
+            store._command("index reconcile", "delete", marker)
+            continue
+        stamped = store._command("index reconcile", "get", marker)
+        try:
+            since = int(stamped) if stamped not in (None, "") else None
+        except ValueError:
+            since = None
+        if since is None:
+            rows = rebuild_index(store, kind)
+            logger.info("rebuilt the %s index of %s: %d rows", kind, store.prefix, rows)
+        else:
+            heal_index_tail(store, kind, since - TAIL_MARGIN_MS)
+        store._command("index reconcile", "set", marker, str(boot_at))
+
+
+def rebuild_index(store: RedisJobStore, kind: str, progress: Progress | None = None) -> int:
+    """Index every row of ``all``: ZSCAN pages (COUNT 500), at most 500 ids per script call."""
+    cursor: int | str = 0
+    total = 0
+    while True:
+        cursor, flat = store._command("index rebuild", "zscan", store.keys.all, cursor, None, PAGE)
+        ids = [member for member, _score in flat]
+        for start in range(0, len(ids), PAGE):
+            chunk = ids[start : start + PAGE]
+            store._run("index_members", kind, *chunk)
+            total += len(chunk)
+            if progress is not None:
+                progress(total)
+        if int(cursor) == 0:
+            return total
+
+
+def heal_index_tail(store: RedisJobStore, kind: str, min_enqueued_at: int) -> int:
+    """Re-index rows with enqueued_at >= ``min_enqueued_at``, 500 per call."""
+    offset = 0
+    while True:
+        scanned = int(store._run("index_tail", kind, str(min_enqueued_at), offset, PAGE))
+        offset += scanned
+        if scanned < PAGE:
+            return offset
