@@ -48,6 +48,7 @@ from store.records import (
     Retry,
     StalledJob,
 )
+from store.schedules import ScheduleOperations
 from store.scripts import ScriptRegistry
 from store.wake import BROADCAST, WakeHub
 
@@ -123,7 +124,7 @@ def redis_errors(operation: str) -> Iterator[None]:
         raise JobStoreError(f"{operation} failed: {exc}", exc) from exc
 
 
-class RedisJobStore:
+class RedisJobStore(ScheduleOperations):
     """The job store on one Redis (standalone, TLS, unix socket or Cluster)."""
 
     def __init__(
@@ -171,6 +172,9 @@ class RedisJobStore:
     def _run(self, script: str, *args: Any) -> Any:
         with redis_errors(script):
             return self._scripts(script, *args)
+
+    def _signal_wake(self, queue: str) -> None:
+        self._wake.signal(queue)
 
     def _command(self, operation: str, command: str, *args: Any) -> Any:
         """One plain redis-py command, with errors mapped to JobStoreError."""

@@ -18,6 +18,7 @@ local K_OUTBOX = B .. ':outbox'
 local K_OUTBOX_SEQ = B .. ':outbox:seq'
 local K_FLOW_OWES = B .. ':flow:owes'
 local K_STATS = B .. ':stats:'
+local K_SCHEDULES = B .. ':schedules'
 
 local function k_job(id) return B .. ':job:' .. id end
 local function k_attempts(id) return B .. ':attempts:' .. id end
@@ -28,3 +29,4 @@ local function k_terminal(name, state) return B .. ':terminal:' .. state .. ':' 
 local function k_byname(name) return B .. ':byname:' .. name end
 local function k_byqueue(queue) return B .. ':byqueue:' .. queue end
 local function k_dedupe(member) return B .. ':dedupe:' .. member end
+local function k_schedule(key) return B .. ':schedule:' .. key end

@@ -1,0 +1,291 @@
+"""Repeatable schedules: the store operations and the cadence arithmetic.
+
+A schedule fires a job per occurrence.  ``tick_schedule`` claims one
+occurrence atomically (compare-and-set on ``next_run_at``), so any number of
+tickers fire each slot exactly once; missed slots collapse into one catch-up
+run.  Cron expressions are 5-field, evaluated in an IANA time zone (UTC by
+default) with croniter; ``every_ms`` schedules stay on their original grid.
+
+DST: in the repeated hour of a fall-back night, an expression with a fixed
+hour (e.g. ``30 2 * * *``) fires once, like cron does; expressions with a
+wildcard or stepped hour fire in both hours, which are distinct real times.
+A skipped spring-forward time fires at the first instant after the gap.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from croniter import croniter
+
+from store import codec
+from store.errors import InvalidRequestError, JobStoreError
+from store.records import EnqueueRequest, ScheduleRecord
+
+if TYPE_CHECKING:
+    from store.keys import StoreKeys
+
+#: Schedules fetched per call when listing or collecting due ones.
+SCHEDULE_PAGE = 500
+
+
+# ---------------------------------------------------------------- cadence math
+
+
+def zone(tz: str | None) -> ZoneInfo:
+    try:
+        return ZoneInfo(tz or "UTC")
+    except (ZoneInfoNotFoundError, ValueError) as exc:
+        raise InvalidRequestError(f"unknown time zone {tz!r} (use an IANA name such as 'Europe/Berlin')") from exc
+
+
+def validate_cron(expr: str) -> None:
+    if not isinstance(expr, str) or len(expr.split()) != 5:
+        raise InvalidRequestError(
+            f"invalid cron expression {expr!r}: expected 5 fields (minute hour day month weekday)"
+        )
+    if not croniter.is_valid(expr):
+        raise InvalidRequestError(f"invalid cron expression {expr!r}")
+
+
+def validate_cadence(cron: str | None, tz: str | None, every_ms: int | None) -> None:
+    if (cron is None) == (every_ms is None):
+        raise InvalidRequestError("a schedule needs exactly one of cron or every_ms")
+    if cron is not None:
+        validate_cron(cron)
+        zone(tz)
+        if next_cron(cron, tz, 0) is None and next_cron(cron, tz, 4_102_444_800_000) is None:
+            raise InvalidRequestError(f"cron expression {cron!r} never matches")
+    else:
+        if tz is not None:
+            zone(tz)
+        if isinstance(every_ms, bool) or not isinstance(every_ms, int) or every_ms <= 0:
+            raise InvalidRequestError(f"every_ms must be a positive integer, got {every_ms!r}")
+
+
+def _ms(dt: datetime) -> int:
+    return int(dt.timestamp() * 1000)
+
+
+def _is_repeat(dt: datetime, tz: ZoneInfo) -> bool:
+    """True when ``dt`` is the second occurrence of a wall time repeated by a fall-back."""
+    naive = dt.replace(tzinfo=None)
+    first = naive.replace(tzinfo=tz, fold=0)
+    second = naive.replace(tzinfo=tz, fold=1)
+    return first.utcoffset() != second.utcoffset() and _ms(dt) == _ms(second)
+
+
+def next_cron(expr: str, tz: str | None, after_ms: int) -> int | None:
+    """The first instant strictly after ``after_ms`` that matches ``expr`` in ``tz``."""
+    zi = zone(tz)
+    start = datetime.fromtimestamp(after_ms / 1000, UTC).astimezone(zi)
+    fixed_hour = not any(c in expr.split()[1] for c in "*/")
+    try:
+        it = croniter(expr, start)
+        for _ in range(4):
+            candidate: datetime = it.get_next(datetime)
+            if _ms(candidate) <= after_ms:
+                continue
+            if fixed_hour and _is_repeat(candidate, zi):
+                continue
+            return _ms(candidate)
+    except (ValueError, KeyError, OverflowError, croniter.CroniterBadDateError):
+        return None
+    return None
+
+
+def first_run_at(cron: str | None, tz: str | None, every_ms: int | None, now: int) -> int | None:
+    """When a new schedule first fires: the next cron match after now, or now + every."""
+    if every_ms is not None:
+        return now + every_ms
+    assert cron is not None
+    return next_cron(cron, tz, now)
+
+
+def next_occurrence(schedule: ScheduleRecord, slot: int, now: int) -> int | None:
+    """The occurrence after ``slot`` given the time ``now`` (missed slots collapse)."""
+    if schedule.every_ms:
+        every = schedule.every_ms
+        return slot + ((max(0, now - slot) // every) + 1) * every
+    if schedule.cron:
+        return next_cron(schedule.cron, schedule.tz, max(slot, now))
+    return None
+
+
+def tick_request(schedule: ScheduleRecord, slot: int) -> EnqueueRequest:
+    """The job an occurrence fires: id ``sched/<key>/<slot>``, metadata.scheduledFor = the slot."""
+    scheduled_for = datetime.fromtimestamp(slot / 1000, UTC).isoformat(timespec="milliseconds")
+    return EnqueueRequest(
+        id=f"sched/{schedule.key}/{slot}",
+        name=schedule.job_name,
+        queue=schedule.queue,
+        payload=schedule.payload,
+        metadata={**schedule.metadata, "scheduledFor": scheduled_for.replace("+00:00", "Z")},
+        priority=schedule.priority,
+        attempts_max=schedule.attempts_max,
+        backoff=schedule.backoff,
+        keep=schedule.keep,
+        timeout_ms=schedule.timeout_ms,
+    )
+
+
+# ---------------------------------------------------------------- encoding
+
+
+def encode_schedule(record: ScheduleRecord) -> list[str]:
+    """Field/value pairs of a schedule hash (absent fields are not sent)."""
+    if not isinstance(record, ScheduleRecord):
+        raise InvalidRequestError(f"expected a ScheduleRecord, got {type(record).__name__}")
+    if not isinstance(record.key, str) or not record.key or "\0" in record.key:
+        raise InvalidRequestError(f"schedule key must be a non-empty string without NUL, got {record.key!r}")
+    validate_cadence(record.cron, record.tz, record.every_ms)
+    # The job part reuses the enqueue validation (name, queue, numbers, policies).
+    job = codec.encode_request(
+        EnqueueRequest(
+            name=record.job_name,
+            queue=record.queue,
+            payload=record.payload,
+            metadata=record.metadata,
+            priority=record.priority,
+            attempts_max=record.attempts_max,
+            backoff=record.backoff,
+            keep=record.keep,
+            timeout_ms=record.timeout_ms,
+        ),
+        "user",
+        "",
+    )
+    fields: dict[str, str] = {
+        "job_name": job[2],
+        "queue": job[3],
+        "payload": job[4],
+        "metadata": job[5],
+        "priority": job[6],
+        "attempts_max": job[7],
+        "backoff": job[8],
+        "keep": job[9],
+        "timeout_ms": job[10],
+        "cron": record.cron or "",
+        "tz": record.tz or "",
+        "every_ms": str(record.every_ms) if record.every_ms is not None else "",
+        "group": record.group or "",
+    }
+    out: list[str] = []
+    for field, value in fields.items():
+        if value != "":
+            out.extend((field, value))
+    return out
+
+
+def decode_schedule(h: Mapping[str, str]) -> ScheduleRecord:
+    backoff = h.get("backoff")
+    keep = h.get("keep")
+    return ScheduleRecord(
+        key=h["key"],
+        job_name=h["job_name"],
+        queue=h.get("queue") or "default",
+        cron=h.get("cron") or None,
+        tz=h.get("tz") or None,
+        every_ms=int(h["every_ms"]) if h.get("every_ms") else None,
+        payload=codec.loads(h["payload"]) if "payload" in h else None,
+        metadata=codec.loads(h["metadata"]) if h.get("metadata") else {},
+        priority=codec._number(h.get("priority") or "0"),
+        attempts_max=int(h.get("attempts_max") or 1),
+        backoff=codec.loads(backoff) if backoff else None,
+        keep=codec.loads(keep) if keep else None,
+        timeout_ms=int(h["timeout_ms"]) if h.get("timeout_ms") else None,
+        group=h.get("group") or None,
+        next_run_at=int(float(h["next_run_at"])),
+    )
+
+
+# ---------------------------------------------------------------- store operations
+
+
+class ScheduleOperations:
+    """Schedule operations of ``RedisJobStore`` (mixed into the store class)."""
+
+    # Provided by RedisJobStore.
+    keys: StoreKeys
+    client: Any
+    _idx: str
+    _run: Callable[..., Any]
+    _command: Callable[..., Any]
+    now: Callable[[], int]
+    _signal_wake: Callable[[str], None]
+
+    def upsert_schedule(self, record: ScheduleRecord) -> ScheduleRecord:
+        """Create or replace a schedule; an unchanged cadence keeps the stored next_run_at.
+
+        An invalid cron expression, time zone or interval is refused before
+        anything is written.  Returns the record as stored.
+        """
+        pairs = encode_schedule(record)
+        next_run_at = int(record.next_run_at)
+        stored = self._run("upsert_schedule", record.key, str(next_run_at), *pairs)
+        self._signal_wake(record.queue)
+        return decode_schedule({**dict(zip(pairs[::2], pairs[1::2], strict=True)), "key": record.key, "next_run_at": stored})
+
+    def remove_schedule(self, key: str) -> bool:
+        return bool(self._run("remove_schedule", key))
+
+    def get_schedule(self, key: str) -> ScheduleRecord | None:
+        h = self._command("get_schedule", "hgetall", self.keys.schedule(key))
+        return decode_schedule(h) if h else None
+
+    def _schedules_by_rank(self, max_score: str) -> list[ScheduleRecord]:
+        out: list[ScheduleRecord] = []
+        offset = 0
+        while True:
+            keys = self._command(
+                "schedules", "zrangebyscore", self.keys.schedules, "-inf", max_score, offset, SCHEDULE_PAGE
+            )
+            if keys:
+                pipe = self.client.pipeline(transaction=False)
+                for key in keys:
+                    pipe.hgetall(self.keys.schedule(key))
+                try:
+                    rows = pipe.execute()
+                except Exception as exc:
+                    raise JobStoreError(f"schedules failed: {exc}", exc) from exc
+                out.extend(decode_schedule(h) for h in rows if h)
+            if len(keys) < SCHEDULE_PAGE:
+                return out
+            offset += len(keys)
+
+    def list_schedules(
+        self, job_name: str | None = None, queue: str | None = None, group: str | None = None
+    ) -> list[ScheduleRecord]:
+        """All schedules (ordered by next_run_at), filtered by job name, queue and group."""
+        return [
+            s
+            for s in self._schedules_by_rank("+inf")
+            if (job_name is None or s.job_name == job_name)
+            and (queue is None or s.queue == queue)
+            and (group is None or s.group == group)
+        ]
+
+    def due_schedules(self) -> list[ScheduleRecord]:
+        """Schedules with next_run_at <= now, earliest first."""
+        return self._schedules_by_rank(str(self.now()))
+
+    def advance_schedule(self, key: str, expected_run_at: int, next_run_at: int) -> None:
+        """Compare-and-set next_run_at; a stale expectation is a silent no-op."""
+        self._run("advance_schedule", key, str(int(expected_run_at)), str(int(next_run_at)))
+
+    def tick_schedule(
+        self, key: str, expected_run_at: int, next_run_at: int, request: EnqueueRequest
+    ) -> bool:
+        """Fire one occurrence: iff next_run_at == expected, advance it and insert ``request``."""
+        if request.id is None:
+            raise JobStoreError("tick_schedule needs request.id (the slot's deterministic job id)")
+        args = codec.encode_request(request, "user", request.id)
+        fired = self._run(
+            "tick_schedule", self.now(), self._idx, key, str(int(expected_run_at)), str(int(next_run_at)), *args
+        )
+        if fired:
+            self._signal_wake(request.queue)
+        return bool(fired)
