@@ -323,27 +323,65 @@ class RedisJobStore(ScheduleOperations):
         wake_token = self._wake.version
         now = self.now()
         reply = self._run("claim", now, token, int(lock_duration_ms), queue, *names)
+        return self._claim_result(reply, wake_token)
+
+    @staticmethod
+    def _ack_args(outcome: AckOutcome) -> tuple[str, str, int]:
+        if isinstance(outcome, Complete):
+            return ("complete", codec.encode_exit(outcome.exit), 0)
+        if isinstance(outcome, Fail):
+            return ("fail", codec.encode_exit(outcome.exit), 0)
+        if isinstance(outcome, Retry):
+            return ("retry", codec.encode_exit(outcome.exit), max(0, int(outcome.delay_ms or 0)))
+        if isinstance(outcome, Cancelled):
+            return ("cancelled", "", 0)
+        raise InvalidRequestError(f"unknown ack outcome: {outcome!r}")
+
+    def ack(self, job_id: str, token: str, outcome: AckOutcome) -> None:
+        """Record the outcome of the run ``token`` holds."""
+        reply = self._run("ack", self.now(), job_id, token, *self._ack_args(outcome))
+        self._check_lock_reply(reply, job_id)
+        if isinstance(outcome, Retry):
+            self._wake.signal(reply[1])
+
+    def ack_and_claim(
+        self,
+        job_id: str,
+        token: str,
+        outcome: AckOutcome,
+        *,
+        queue: str,
+        names: Iterable[str],
+        next_token: str,
+        lock_duration_ms: int = 30_000,
+    ) -> ClaimResult:
+        """``ack`` then ``claim`` in one round trip (a worker's hot path).
+
+        The ack's errors are raised after the claim took effect; the claimed
+        job (if any) is then available as the exception's ``claimed`` attribute.
+        """
+        self._wake.ensure_subscribed()
+        wake_token = self._wake.version
+        reply = self._run(
+            "ack_claim", self.now(), job_id, token, *self._ack_args(outcome),
+            next_token, int(lock_duration_ms), queue, *names,
+        )
+        if reply[0] == "ok" and isinstance(outcome, Retry):
+            self._wake.signal(reply[1])
+        claimed = self._claim_result(reply[2:], wake_token)
+        try:
+            self._check_lock_reply(reply, job_id)
+        except (JobNotFoundError, LockLostError) as exc:
+            exc.claimed = claimed  # type: ignore[attr-defined]
+            raise
+        return claimed
+
+    @staticmethod
+    def _claim_result(reply: list[Any], wake_token: int) -> ClaimResult:
         if reply[0] == "claimed":
             return Claimed(codec.record_from_hash(reply[1], codec.pairs_to_dict(reply[2])))
         next_run_at = int(float(reply[1])) if reply[1] != "" else None
         return Empty(next_run_at, wake_token)
-
-    def ack(self, job_id: str, token: str, outcome: AckOutcome) -> None:
-        """Record the outcome of the run ``token`` holds."""
-        if isinstance(outcome, Complete):
-            args = ("complete", codec.encode_exit(outcome.exit), 0)
-        elif isinstance(outcome, Fail):
-            args = ("fail", codec.encode_exit(outcome.exit), 0)
-        elif isinstance(outcome, Retry):
-            args = ("retry", codec.encode_exit(outcome.exit), max(0, int(outcome.delay_ms or 0)))
-        elif isinstance(outcome, Cancelled):
-            args = ("cancelled", "", 0)
-        else:
-            raise InvalidRequestError(f"unknown ack outcome: {outcome!r}")
-        reply = self._run("ack", self.now(), job_id, token, *args)
-        self._check_lock_reply(reply, job_id)
-        if isinstance(outcome, Retry):
-            self._wake.signal(reply[1])
 
     @staticmethod
     def _check_lock_reply(reply: list[Any], job_id: str) -> None:
