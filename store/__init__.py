@@ -62,6 +62,20 @@ from store.records import (
     StalledJob,
     TraceContext,
 )
+from store.jobs import (
+    JOBS,
+    Job,
+    JobContext,
+    JobFailedError,
+    JobInterrupted,
+    JobStatus,
+    Unrecoverable,
+    current_job,
+    job,
+    unrecoverable,
+)
 from store.redis_store import RedisJobStore
+from store.registry import StoreRegistry, default_registry
+from store.worker import FailureReport, JobTimeoutError, Worker, backoff_delay_ms
 
 __all__ = [name for name in dir() if not name.startswith("_") and name != "annotations"]

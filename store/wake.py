@@ -12,9 +12,10 @@ have been missed meanwhile).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 logger = logging.getLogger(__name__)
@@ -23,11 +24,11 @@ BROADCAST = "*"
 
 
 class _Waiter:
-    __slots__ = ("event", "queues")
+    __slots__ = ("fire", "queues")
 
-    def __init__(self, queues: frozenset[str]) -> None:
+    def __init__(self, queues: frozenset[str], fire: Callable[[], None]) -> None:
         self.queues = queues
-        self.event = threading.Event()
+        self.fire = fire
 
 
 class WakeHub:
@@ -66,21 +67,48 @@ class WakeHub:
             # once must not be fired again by this same signal.
             self._waiters.difference_update(fired)
         for waiter in fired:
-            waiter.event.set()
+            waiter.fire()
 
-    def wait(self, queues: Iterable[str], token: int, timeout_s: float | None) -> bool:
-        """Block until a wake for one of ``queues`` newer than ``token``; False on timeout."""
+    def _register(self, queues: Iterable[str], token: int, fire: Callable[[], None]) -> _Waiter | None:
+        """Park a waiter, or return None when a matching wake already happened after ``token``."""
         wanted = frozenset(queues)
         with self._lock:
             if self._last_broadcast > token or any(self._last.get(q, 0) > token for q in wanted):
-                return True
-            waiter = _Waiter(wanted)
+                return None
+            waiter = _Waiter(wanted, fire)
             self._waiters.add(waiter)
+            return waiter
+
+    def _unregister(self, waiter: _Waiter) -> None:
+        with self._lock:
+            self._waiters.discard(waiter)
+
+    def wait(self, queues: Iterable[str], token: int, timeout_s: float | None) -> bool:
+        """Block until a wake for one of ``queues`` newer than ``token``; False on timeout."""
+        event = threading.Event()
+        waiter = self._register(queues, token, event.set)
+        if waiter is None:
+            return True
         try:
-            return waiter.event.wait(timeout_s)
+            return event.wait(timeout_s)
         finally:
-            with self._lock:
-                self._waiters.discard(waiter)
+            self._unregister(waiter)
+
+    async def wait_async(self, queues: Iterable[str], token: int) -> None:
+        """The asyncio form of :meth:`wait` (no timeout: race it against your own timer)."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
+
+        def fire() -> None:
+            loop.call_soon_threadsafe(lambda: future.done() or future.set_result(None))
+
+        waiter = self._register(queues, token, fire)
+        if waiter is None:
+            return
+        try:
+            await future
+        finally:
+            self._unregister(waiter)
 
     # ------------------------------------------------------------ pub/sub side
 
@@ -101,11 +129,11 @@ class WakeHub:
         first = True
         while not self._stop.is_set():
             try:
-                self._pubsub = self._client.pubsub(ignore_subscribe_messages=True)
+                self._pubsub = self._client.pubsub()
                 self._pubsub.subscribe(self._channel)
                 # Wait for the server's confirmation before declaring ourselves live.
                 while not self._stop.is_set():
-                    msg = self._pubsub.get_message(ignore_subscribe_messages=False, timeout=1.0)
+                    msg = self._pubsub.get_message(timeout=1.0)
                     if msg and msg.get("type") == "subscribe":
                         break
                 self._subscribed.set()

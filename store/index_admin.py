@@ -1,0 +1,282 @@
+"""Operator tools for the optional list indexes: status, reclaim, forced rebuild.
+
+The store reconciles its indexes at boot (``store.indexes``); these helpers
+cover what boot deliberately does not do:
+
+* :func:`index_status` -- what each kind costs and whether its state looks
+  consistent with this process's configuration;
+* :func:`reclaim_index` -- free the zsets of a kind once every store of the
+  prefix has it disabled (boot never deletes them: a sibling may still read);
+* :func:`reindex` -- a full rebuild of one kind on demand (e.g. after holes
+  older than the tail-heal window were found).
+
+Every Redis call is bounded: SCAN pages of 500, pipelines and UNLINKs of at
+most 500 keys, rebuild chunks of at most 500 ids.  Redis errors reach callers
+as :class:`~store.errors.JobStoreError`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import redis.cluster
+from redis.exceptions import RedisClusterException
+
+from store.errors import InvalidRequestError, JobStoreError
+from store.indexes import INDEX_KINDS, rebuild_index
+from store.redis_store import redis_errors
+
+if TYPE_CHECKING:
+    from store.redis_store import RedisJobStore
+
+#: SCAN COUNT hint, and the most keys one pipeline or UNLINK carries.
+BATCH = 500
+
+#: Characters with a meaning in Redis glob patterns (escaped with a backslash).
+_GLOB_SPECIAL = frozenset("*?[]\\")
+
+
+@dataclass(frozen=True)
+class IndexStatus:
+    """One index kind of one prefix, as seen from this process."""
+
+    kind: str
+    #: Enabled in this store's configuration (other processes may differ).
+    enabled: bool
+    #: The ready marker (ms of the last reconcile start), None when absent.
+    ready_at: int | None
+    #: Number of index zsets of this kind, and their members in total.
+    zsets: int
+    members: int
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ReclaimResult:
+    """What ``reclaim_index`` deleted (or, in a dry run, would delete)."""
+
+    keys: int
+    members: int
+    #: Sum of MEMORY USAGE of the keys before deletion (an estimate: Redis samples).
+    bytes_freed: int
+    dry_run: bool = False
+    #: False when ``stop`` ended the run early (between batches).
+    complete: bool = True
+
+
+ReclaimProgress = Callable[[ReclaimResult], None]
+RowsProgress = Callable[[int], None]
+
+
+def glob_escape(text: str) -> str:
+    """``text`` as a literal inside a Redis MATCH pattern."""
+    return "".join("\\" + c if c in _GLOB_SPECIAL else c for c in text)
+
+
+def index_pattern(store: RedisJobStore, kind: str) -> str:
+    """The SCAN MATCH pattern of every index zset of ``kind`` -- and of nothing else."""
+    _check_kind(kind)
+    # keys.byname("") is "{p}:byname:"; the tag's braces are not glob characters,
+    # but the prefix inside may hold any of *?[]\ (e.g. "x[1]*").
+    base = store.keys.byname("") if kind == "name" else store.keys.byqueue("")
+    return glob_escape(base) + "*"
+
+
+def ready_marker(store: RedisJobStore, kind: str) -> int | None:
+    """The ready marker of ``kind`` (ms of the last reconcile start), None when absent."""
+    _check_kind(kind)
+    with _errors("index status"):
+        return _parse_marker(store.client.get(store.keys.index_ready(kind)))
+
+
+def index_status(store: RedisJobStore) -> list[IndexStatus]:
+    """Per kind: configuration, marker, number of zsets and members, and warnings."""
+    out: list[IndexStatus] = []
+    for kind in INDEX_KINDS:
+        with _errors("index status"):
+            raw = store.client.get(store.keys.index_ready(kind))
+        ready_at = _parse_marker(raw)
+        zsets = members = 0
+        for batch in _batches(_scan_unique(store, index_pattern(store, kind))):
+            with _errors("index status"):
+                pipe = store.client.pipeline(transaction=False)
+                for key in batch:
+                    pipe.zcard(key)
+                cards = pipe.execute()
+            for card in cards:
+                # A key deleted between SCAN and ZCARD reads 0: not counted.
+                if card:
+                    zsets += 1
+                    members += int(card)
+        enabled = bool(store.indexes[kind])
+        out.append(
+            IndexStatus(
+                kind, enabled, ready_at, zsets, members, _warnings(kind, enabled, raw, zsets)
+            )
+        )
+    return out
+
+
+def _warnings(kind: str, enabled: bool, raw_marker: str | None, zsets: int) -> list[str]:
+    warnings: list[str] = []
+    if enabled and raw_marker is None:
+        warnings.append("enabled but no ready marker: the next store boot rebuilds it")
+    elif raw_marker is not None and _parse_marker(raw_marker) is None:
+        warnings.append(
+            f"the ready marker holds {raw_marker[:40]!r}, not a time: the next boot rebuilds it"
+        )
+    if not enabled and raw_marker is not None:
+        warnings.append(
+            "disabled here but a ready marker exists: another store of this prefix has it enabled "
+            "(every store of a prefix must use the same indexes setting)"
+        )
+    if not enabled and zsets:
+        warnings.append(
+            f"disabled but {zsets} zsets remain: run reclaim_indexes --kind {kind} "
+            "once every store of this prefix has it disabled"
+        )
+    return warnings
+
+
+def reclaim_index(
+    store: RedisJobStore,
+    kind: str,
+    *,
+    dry_run: bool = False,
+    force: bool = False,
+    progress: ReclaimProgress | None = None,
+    stop: Callable[[], bool] | None = None,
+) -> ReclaimResult:
+    """Delete every index zset of ``kind`` and its ready marker.
+
+    Refuses while this store has the kind enabled (its own boot would rebuild
+    it, and list queries routed to it would come back empty meanwhile) unless
+    ``force``.  ``dry_run`` measures without deleting.  ``stop`` is polled
+    between batches; when it returns True the run ends early with
+    ``complete=False`` (the marker is then left alone).
+    """
+    _check_kind(kind)
+    if store.indexes[kind] and not force:
+        raise InvalidRequestError(
+            f"the {kind} index is enabled in this store's configuration (indexes.{kind}=True): "
+            f"list queries by {kind} would miss rows until the next boot rebuilds it; "
+            f"disable indexes.{kind} in every store of prefix {store.prefix!r} first, "
+            "or force it"
+        )
+    keys = members = size = 0
+    stopped = False
+    scanned = (
+        _scan_unique(store, index_pattern(store, kind))
+        if dry_run
+        else _scan(store, index_pattern(store, kind))
+    )
+    for batch in _batches(scanned):
+        with _errors("reclaim index"):
+            pipe = store.client.pipeline(transaction=False)
+            for key in batch:
+                pipe.memory_usage(key)
+                pipe.zcard(key)
+            measured = pipe.execute()
+            removed = len(batch) if dry_run else int(store.client.unlink(*batch))
+        for k in range(len(batch)):
+            usage, card = measured[2 * k], measured[2 * k + 1]
+            # A key gone before the pipeline ran (or seen twice by SCAN) weighs nothing.
+            if card:
+                members += int(card)
+                size += int(usage or 0)
+        keys += removed
+        if progress is not None:
+            progress(ReclaimResult(keys, members, size, dry_run, complete=False))
+        if stop is not None and stop():
+            stopped = True
+            break
+    if not dry_run and not stopped:
+        with _errors("reclaim index"):
+            store.client.delete(store.keys.index_ready(kind))
+    return ReclaimResult(keys, members, size, dry_run, complete=not stopped)
+
+
+def reindex(store: RedisJobStore, kind: str, progress: RowsProgress | None = None) -> int:
+    """Fully rebuild one index kind and stamp its marker; returns the rows visited.
+
+    The marker is dropped first, so a crash half way leaves the next boot to
+    do the full rebuild; it is stamped with the store clock read *before* the
+    scan, like a boot rebuild, so rows written meanwhile fall in the tail window.
+    """
+    _check_kind(kind)
+    if not store.indexes[kind]:
+        raise InvalidRequestError(
+            f"the {kind} index is disabled in this store's configuration (indexes.{kind}=False); "
+            "enable it there before rebuilding it"
+        )
+    started_at = store.now()
+    marker = store.keys.index_ready(kind)
+    with _errors("reindex"):
+        store.client.delete(marker)
+    rows = rebuild_index(store, kind, progress)
+    with _errors("reindex"):
+        store.client.set(marker, str(started_at))
+    return rows
+
+
+# ---------------------------------------------------------------------- helpers
+
+
+def _check_kind(kind: str) -> None:
+    if kind not in INDEX_KINDS:
+        raise InvalidRequestError(
+            f"index kind must be one of {', '.join(INDEX_KINDS)}, got {kind!r}"
+        )
+
+
+def _parse_marker(raw: str | None) -> int | None:
+    if raw is None or raw == "":
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        return None
+
+
+@contextlib.contextmanager
+def _errors(operation: str) -> Iterator[None]:
+    """Like ``redis_errors``, also for the cluster client's own exception family."""
+    try:
+        with redis_errors(operation):
+            yield
+    except RedisClusterException as exc:
+        raise JobStoreError(f"{operation} failed: {exc}", exc) from exc
+
+
+def _scan(store: RedisJobStore, pattern: str) -> Iterator[str]:
+    """Zset keys matching ``pattern``, paged by SCAN (may repeat a key on rehash)."""
+    client: Any = store.client
+    kwargs: dict[str, Any] = {"match": pattern, "count": BATCH, "_type": "zset"}
+    if isinstance(client, redis.cluster.RedisCluster):
+        # All keys of a prefix share one slot: scan only the node that owns it.
+        kwargs["target_nodes"] = client.get_node_from_key(store.keys.all)
+    with _errors("index scan"):
+        yield from client.scan_iter(**kwargs)
+
+
+def _scan_unique(store: RedisJobStore, pattern: str) -> Iterator[str]:
+    """``_scan`` without the repeats SCAN allows, for counts that must be exact."""
+    seen: set[str] = set()
+    for key in _scan(store, pattern):
+        if key not in seen:
+            seen.add(key)
+            yield key
+
+
+def _batches(keys: Iterator[str]) -> Iterator[list[str]]:
+    batch: list[str] = []
+    for key in keys:
+        batch.append(key)
+        if len(batch) >= BATCH:
+            yield batch
+            batch = []
+    if batch:
+        yield batch

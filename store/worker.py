@@ -1,0 +1,736 @@
+"""The worker: claims jobs, runs their handlers, acks the outcome.
+
+One :class:`Worker` serves one store.  Inside an asyncio event loop it runs,
+per registered queue, ``concurrency`` taker tasks (claim -> run -> ack, with
+the ack and the next claim in one round trip), plus a heartbeat (lock renewal
+and cancel delivery) and, unless ``maintenance=False``, the maintenance loops
+(stalled recovery, schedule ticks, history and dedupe sweeps).  Store calls run
+in a small thread pool on the synchronous store; sleeps run on the store's
+clock, so tests drive a worker with a fake clock.
+
+Handlers:
+
+* ``async def`` handlers run on the event loop; cancel, timeout, shutdown and
+  (with ``on_lock_lost="interrupt"``) a lost lock interrupt them for real
+  (``asyncio.CancelledError`` is raised at their next await).
+* plain functions (the Django ORM kind) run in a thread pool; interruption is
+  cooperative: ``current_job().check_interrupted()`` / ``current_job().sleep()``
+  raise once the worker asked the run to stop.
+* ``run_sync_in="process"`` runs plain functions in a forked child process per
+  job that is killed on cancel, timeout or shutdown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import logging
+import multiprocessing
+import os
+import secrets
+import signal
+import threading
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from store.clock import sleep_ms
+from store.errors import InvalidRequestError, JobNotFoundError, JobStoreError, LockLostError
+from store.jobs import (
+    JOBS,
+    Job,
+    JobContext,
+    JobInterrupted,
+    encode_failure,
+    is_unrecoverable,
+    reset_current_job,
+    set_current_job,
+)
+from store.records import (
+    AckOutcome,
+    Cancelled,
+    Claimed,
+    ClaimResult,
+    Complete,
+    Empty,
+    Fail,
+    JobRecord,
+    Retry,
+)
+from store.redis_store import RedisJobStore
+from store.scheduler import tick_due_schedules
+
+logger = logging.getLogger(__name__)
+
+JobHook = Callable[[], None]
+
+
+@dataclass(frozen=True)
+class FailureReport:
+    """What ``on_job_failure`` receives after each failed run (or a stall exhaustion)."""
+
+    job_id: str
+    name: str
+    queue: str
+    attempt: int
+    attempts_max: int
+    will_retry: bool
+    cause: Any
+
+
+@dataclass
+class _InFlight:
+    job: JobRecord
+    token: str
+    ctx: JobContext
+    deadline: int
+    task: asyncio.Future[Any] | None = None
+    process: Any = None
+    interrupted_by: str | None = None
+    cancelling: bool = False
+    lost: bool = False
+    expired_reported: bool = False
+
+    def interrupt(self, reason: str) -> None:
+        """Ask the run to stop; never waits for the handler's cleanup."""
+        if self.interrupted_by is None:
+            self.interrupted_by = reason
+        self.ctx.interrupt_reason = reason
+        self.ctx.interrupt_event.set()
+        if self.process is not None and self.process.is_alive():
+            self.process.kill()
+        elif self.task is not None and not self.task.done():
+            self.task.cancel()
+
+
+class JobTimeoutError(Exception):
+    """A run exceeded its job's timeout_ms (the worker interrupted it)."""
+
+
+@dataclass
+class _QueueConfig:
+    names: set[str] = field(default_factory=set)
+    concurrency: int | None = None
+
+
+def backoff_delay_ms(job: JobRecord | Job | Any, attempt: int) -> int:
+    """The retry delay after run ``attempt`` failed (0 without a backoff policy)."""
+    policy = getattr(job, "backoff", job)
+    if policy is None:
+        return 0
+    if policy.kind == "fixed":
+        return int(policy.delay_ms)
+    factor = 2.0 if policy.factor is None else float(policy.factor)
+    return int(round(policy.delay_ms * factor ** max(0, attempt - 1)))
+
+
+class Worker:
+    """Runs the handlers of registered jobs for one store."""
+
+    def __init__(
+        self,
+        store: RedisJobStore,
+        jobs: Iterable[Job] | None = None,
+        *,
+        concurrency: int = 1,
+        queues: Mapping[str, Mapping[str, int]] | None = None,
+        lock_duration_ms: int = 30_000,
+        lock_renew_interval_ms: int | None = None,
+        stalled_interval_ms: int = 30_000,
+        max_stalled_count: int = 1,
+        on_lock_lost: str = "ignore",
+        poll_interval_ms: int = 5_000,
+        schedule_sweep_interval_ms: int = 15_000,
+        history_sweep_interval_ms: int = 60_000,
+        maintenance: bool = True,
+        on_job_failure: Callable[[FailureReport], Any] | None = None,
+        worker_id: str | None = None,
+        run_sync_in: str = "thread",
+        burst: bool = False,
+        job_hooks: Iterable[tuple[JobHook, JobHook]] = (),
+        clock: Any = None,
+    ) -> None:
+        if on_lock_lost not in ("ignore", "interrupt"):
+            raise InvalidRequestError("on_lock_lost must be 'ignore' or 'interrupt'")
+        if run_sync_in not in ("thread", "process"):
+            raise InvalidRequestError("run_sync_in must be 'thread' or 'process'")
+        self.store = store
+        self.concurrency = max(1, int(concurrency))
+        self.queue_overrides = {q: dict(v) for q, v in (queues or {}).items()}
+        self.lock_duration_ms = int(lock_duration_ms)
+        self.lock_renew_interval_ms = int(
+            lock_renew_interval_ms if lock_renew_interval_ms is not None else max(1, lock_duration_ms // 2)
+        )
+        self.stalled_interval_ms = int(stalled_interval_ms)
+        self.max_stalled_count = int(max_stalled_count)
+        self.on_lock_lost = on_lock_lost
+        self.poll_interval_ms = int(poll_interval_ms)
+        self.schedule_sweep_interval_ms = int(schedule_sweep_interval_ms)
+        self.history_sweep_interval_ms = int(history_sweep_interval_ms)
+        self.maintenance = maintenance
+        self.on_job_failure = on_job_failure
+        self.worker_id = worker_id or "worker-" + secrets.token_hex(4)
+        self.run_sync_in = run_sync_in
+        self.burst = burst
+        self.job_hooks = list(job_hooks)
+        self.clock = clock or store._clock
+        self._handlers: dict[str, Job] = {}
+        self._queues: dict[str, _QueueConfig] = {}
+        self._tokens = itertools.count(1)
+        self._in_flight: dict[str, _InFlight] = {}
+        self._stopping: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._io: ThreadPoolExecutor | None = None
+        self._sync_pool: ThreadPoolExecutor | None = None
+        self.stats = {"completed": 0, "failed": 0, "retried": 0, "cancelled": 0, "released": 0, "lock-lost": 0}
+        for definition in jobs or ():
+            self.register(definition)
+
+    # ------------------------------------------------------------ registration
+
+    def register(self, definition: Job, *, concurrency: int | None = None, queue: str | None = None) -> None:
+        """Run ``definition``'s handler here (optionally consuming another queue)."""
+        if definition.fn is None:
+            raise InvalidRequestError(f"job {definition.name!r} has no handler to register")
+        if definition.store_key != self.store.store_key:
+            raise InvalidRequestError(
+                f"job {definition.name!r} belongs to store {definition.store_key!r} but this worker "
+                f"serves store {self.store.store_key!r}"
+            )
+        if definition.name in self._handlers:
+            raise InvalidRequestError(f"job {definition.name!r} is registered twice on this worker")
+        self._handlers[definition.name] = definition
+        config = self._queues.setdefault(queue or definition.queue, _QueueConfig())
+        config.names.add(definition.name)
+        if config.concurrency is None and concurrency is not None:
+            config.concurrency = concurrency  # the first registration for a queue decides
+
+    def register_all(self, definitions: Iterable[Job] | None = None, queues: Iterable[str] | None = None) -> int:
+        """Register every known job of this worker's store (optionally only some queues)."""
+        wanted = set(queues) if queues else None
+        count = 0
+        for definition in definitions if definitions is not None else JOBS.for_store(self.store.store_key):
+            if definition.fn is None or (wanted is not None and definition.queue not in wanted):
+                continue
+            if definition.name not in self._handlers:
+                self.register(definition)
+                count += 1
+        return count
+
+    def queue_concurrency(self, queue: str) -> int:
+        override = self.queue_overrides.get(queue, {}).get("concurrency")
+        config = self._queues.get(queue)
+        value = override or (config.concurrency if config else None) or self.concurrency
+        return max(1, int(value))
+
+    @property
+    def queues(self) -> dict[str, list[str]]:
+        return {q: sorted(c.names) for q, c in self._queues.items()}
+
+    # ------------------------------------------------------------ lifecycle
+
+    def run(self, install_signal_handlers: bool = True) -> None:
+        """Run until SIGTERM/SIGINT (or, in burst mode, until the queues are empty)."""
+        asyncio.run(self.serve(install_signal_handlers=install_signal_handlers))
+
+    async def serve(self, install_signal_handlers: bool = False) -> None:
+        """The worker's main coroutine."""
+        self._loop = asyncio.get_running_loop()
+        self._stopping = asyncio.Event()
+        total = sum(self.queue_concurrency(q) for q in self._queues)
+        self._io = ThreadPoolExecutor(max_workers=total + 4, thread_name_prefix="mq-io")
+        self._sync_pool = ThreadPoolExecutor(max_workers=max(1, total), thread_name_prefix="mq-job")
+        if install_signal_handlers:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                with contextlib.suppress(NotImplementedError, RuntimeError):
+                    self._loop.add_signal_handler(sig, self.request_stop)
+        logger.info(
+            "worker %s serving store %s: %s",
+            self.worker_id,
+            self.store.prefix,
+            ", ".join(f"{q} x{self.queue_concurrency(q)} [{', '.join(sorted(c.names))}]" for q, c in self._queues.items())
+            or "no queues",
+        )
+        takers = [
+            asyncio.create_task(self._taker(queue), name=f"taker {queue}#{n}")
+            for queue in self._queues
+            for n in range(self.queue_concurrency(queue))
+        ]
+        loops = [asyncio.create_task(self._every(self.lock_renew_interval_ms, self._heartbeat), name="heartbeat")]
+        if self.maintenance:
+            loops += [
+                asyncio.create_task(self._every(self.stalled_interval_ms, self._recover_stalled), name="stalled"),
+                asyncio.create_task(self._every(self.schedule_sweep_interval_ms, self._tick_schedules), name="schedules"),
+                asyncio.create_task(self._every(self.history_sweep_interval_ms, self._sweep_history), name="history"),
+            ]
+        try:
+            if self.burst:
+                await asyncio.gather(*takers)
+            else:
+                await self._stopping.wait()
+        finally:
+            self._stopping.set()
+            for entry in list(self._in_flight.values()):
+                entry.interrupt("shutdown")
+            await asyncio.gather(*takers, return_exceptions=True)
+            for task in loops:
+                task.cancel()
+            await asyncio.gather(*loops, return_exceptions=True)
+            self._io.shutdown(wait=True)
+            self._sync_pool.shutdown(wait=False, cancel_futures=True)
+            logger.info("worker %s stopped: %s", self.worker_id, self.stats)
+
+    def request_stop(self) -> None:
+        """Stop claiming; interrupt and release in-flight jobs.  Safe from any thread."""
+        loop, stopping = self._loop, self._stopping
+        if loop is None or stopping is None:
+            return
+        if threading.current_thread() is threading.main_thread() and loop.is_running():
+            with contextlib.suppress(RuntimeError):
+                if asyncio.get_running_loop() is loop:
+                    stopping.set()
+                    return
+        loop.call_soon_threadsafe(stopping.set)
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping is not None and self._stopping.is_set()
+
+    # ------------------------------------------------------------ store calls
+
+    async def _io_call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        assert self._loop is not None and self._io is not None
+        return await self._loop.run_in_executor(self._io, lambda: fn(*args, **kwargs))
+
+    async def _store_call(self, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """A store call with the runtime's retry policy for JobStoreError.
+
+        200 ms, x1.5 per retry, each delay capped at 30 s, at most 8 retries;
+        then the error propagates (loops log it and carry on).
+        """
+        delay = 200.0
+        for attempt in range(9):
+            try:
+                return await self._io_call(fn, *args, **kwargs)
+            except JobStoreError as exc:
+                if attempt == 8:
+                    raise
+                logger.warning("%s failed (%s); retrying in %d ms", what, exc, delay)
+                await sleep_ms(self.clock, delay)
+                delay = min(delay * 1.5, 30_000)
+        raise AssertionError("unreachable")
+
+    def _mint(self) -> str:
+        return f"{self.worker_id}:{next(self._tokens)}"
+
+    # ------------------------------------------------------------ takers
+
+    async def _taker(self, queue: str) -> None:
+        assert self._stopping is not None
+        result: ClaimResult | None = None
+        token = ""
+        while not self._stopping.is_set():
+            try:
+                if result is None:
+                    token = self._mint()
+                    result = await self._store_call(
+                        "claim",
+                        self.store.claim,
+                        queue=queue,
+                        names=sorted(self._queues[queue].names),
+                        token=token,
+                        lock_duration_ms=self.lock_duration_ms,
+                    )
+                if isinstance(result, Empty):
+                    if self.burst and not self._due_soon(result):
+                        return
+                    await self._idle(queue, result)
+                    result = None
+                    continue
+                assert isinstance(result, Claimed)
+                job, held = result.job, token
+                result = None
+                outcome = await self._process(job, held)
+                if outcome is None:
+                    continue
+                if self._stopping.is_set():
+                    await self._ack(job, held, outcome)
+                    continue
+                token = self._mint()
+                result = await self._ack_and_claim(job, held, outcome, queue, token)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                if self._io is None or self._io._shutdown:
+                    return
+                logger.exception("taker for queue %s: unexpected error; carrying on", queue)
+                result = None
+                await sleep_ms(self.clock, min(self.poll_interval_ms, 1000))
+
+    def _due_soon(self, empty: Empty) -> bool:
+        return empty.next_run_at is not None and empty.next_run_at <= self.clock()
+
+    async def _idle(self, queue: str, empty: Empty) -> None:
+        """Sleep until a wake for this queue, the next delayed job, the poll timer, or stop."""
+        assert self._stopping is not None
+        wait_ms: float = self.poll_interval_ms
+        if empty.next_run_at is not None:
+            wait_ms = min(wait_ms, max(0, empty.next_run_at - self.clock()))
+        if wait_ms <= 0:
+            await asyncio.sleep(0)
+            return
+        waiters = [
+            asyncio.ensure_future(self.store._wake.wait_async([queue], empty.wake_token)),
+            asyncio.ensure_future(sleep_ms(self.clock, wait_ms)),
+            asyncio.ensure_future(self._stopping.wait()),
+        ]
+        try:
+            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waiters:
+                w.cancel()
+            await asyncio.gather(*waiters, return_exceptions=True)
+
+    async def _ack(self, job: JobRecord, token: str, outcome: AckOutcome) -> bool:
+        try:
+            await self._store_call("ack", self.store.ack, job.id, token, outcome)
+            return True
+        except (LockLostError, JobNotFoundError) as exc:
+            logger.warning("ack dropped (%s) for job %s: another worker owns it", type(exc).__name__, job.id)
+        except JobStoreError as exc:
+            logger.error("ack dropped for job %s after retries (%s); stall recovery will take over", job.id, exc)
+        return False
+
+    async def _ack_and_claim(
+        self, job: JobRecord, token: str, outcome: AckOutcome, queue: str, next_token: str
+    ) -> ClaimResult | None:
+        try:
+            return await self._io_call(
+                self.store.ack_and_claim,
+                job.id,
+                token,
+                outcome,
+                queue=queue,
+                names=sorted(self._queues[queue].names),
+                next_token=next_token,
+                lock_duration_ms=self.lock_duration_ms,
+            )
+        except (LockLostError, JobNotFoundError) as exc:
+            logger.warning("ack dropped (%s) for job %s: another worker owns it", type(exc).__name__, job.id)
+            claimed: ClaimResult | None = getattr(exc, "claimed", None)
+            return claimed
+        except JobStoreError as exc:
+            # The combined call may or may not have landed: fall back to the
+            # plain ack with retries; a job it claimed unseen is recovered as stalled.
+            logger.warning("ack+claim for job %s failed (%s); retrying the ack alone", job.id, exc)
+            await self._ack(job, token, outcome)
+            return None
+
+    # ------------------------------------------------------------ one job
+
+    async def _process(self, job: JobRecord, token: str) -> AckOutcome | None:
+        """Run one claimed job; return the outcome to ack, or None when nothing is to be acked."""
+        definition = self._handlers.get(job.name)
+        if definition is None:
+            await self._release(job, token)
+            return None
+        ctx = JobContext(
+            job_id=job.id,
+            name=job.name,
+            queue=job.queue,
+            attempt=job.attempts_made + 1,
+            attempts_max=job.attempts_max,
+            record=job,
+            clock=self.clock,
+        )
+        entry = _InFlight(job, token, ctx, deadline=self.clock() + self.lock_duration_ms)
+        self._in_flight[job.id] = entry
+        try:
+            error, value = await self._run(definition, job, entry)
+        finally:
+            self._in_flight.pop(job.id, None)
+        return await self._decide(definition, job, token, entry, error, value)
+
+    async def _run(self, definition: Job, job: JobRecord, entry: _InFlight) -> tuple[BaseException | None, Any]:
+        """Run the handler under its timeout; returns (exception or None, value)."""
+        if self._stopping is not None and self._stopping.is_set():
+            entry.interrupt("shutdown")
+        coro = self._invoke(definition, job, entry)
+        entry.task = asyncio.ensure_future(coro)
+        timer = None
+        if job.timeout_ms:
+            timer = asyncio.ensure_future(sleep_ms(self.clock, job.timeout_ms))
+            await asyncio.wait({entry.task, timer}, return_when=asyncio.FIRST_COMPLETED)
+            if not entry.task.done():
+                entry.interrupt("timeout")
+                if definition.is_async or self.run_sync_in == "process":
+                    await asyncio.wait({entry.task})
+                timer.cancel()
+                return JobTimeoutError(f"job {job.id} ({job.name}) exceeded its timeout of {job.timeout_ms} ms"), None
+            timer.cancel()
+        try:
+            return None, await asyncio.shield(entry.task)
+        except asyncio.CancelledError as exc:
+            if not entry.task.cancelled():
+                raise  # the taker itself is being cancelled
+            return exc, None
+        except BaseException as exc:  # handler failures of every kind are data here
+            return exc, None
+
+    async def _invoke(self, definition: Job, job: JobRecord, entry: _InFlight) -> Any:
+        assert definition.fn is not None
+        if definition.is_async:
+            token = set_current_job(entry.ctx)
+            try:
+                return await definition.fn(job.payload)
+            finally:
+                reset_current_job(token)
+        assert self._loop is not None and self._sync_pool is not None
+        if self.run_sync_in == "process":
+            return await self._loop.run_in_executor(self._sync_pool, self._run_in_child, definition, job, entry)
+        return await self._loop.run_in_executor(self._sync_pool, self._run_in_thread, definition, job, entry)
+
+    def _run_in_thread(self, definition: Job, job: JobRecord, entry: _InFlight) -> Any:
+        assert definition.fn is not None
+        token = set_current_job(entry.ctx)
+        try:
+            for before, _ in self.job_hooks:
+                before()
+            entry.ctx.check_interrupted()
+            return definition.fn(job.payload)
+        finally:
+            for _, after in self.job_hooks:
+                with contextlib.suppress(Exception):
+                    after()
+            reset_current_job(token)
+
+    def _run_in_child(self, definition: Job, job: JobRecord, entry: _InFlight) -> Any:
+        """Run a sync handler in a forked child that the worker may kill."""
+        ctx = multiprocessing.get_context("fork")
+        parent_end, child_end = ctx.Pipe(duplex=False)
+        process = ctx.Process(target=_child_main, args=(definition, job, entry.ctx, child_end), daemon=True)
+        process.start()
+        entry.process = process
+        child_end.close()
+        if entry.interrupted_by:
+            process.kill()
+        try:
+            message = parent_end.recv() if parent_end.poll(None) else None
+        except EOFError:
+            message = None
+        process.join()
+        if message is None:
+            reason = entry.interrupted_by or f"child process exited with code {process.exitcode}"
+            raise JobInterrupted(reason)
+        kind, payload = message
+        if kind == "ok":
+            return payload
+        raise _ChildFailure(payload)
+
+    async def _decide(
+        self,
+        definition: Job,
+        job: JobRecord,
+        token: str,
+        entry: _InFlight,
+        error: BaseException | None,
+        value: Any,
+    ) -> AckOutcome | None:
+        # Interruptions the worker asked for decide first: a delivered cancel is
+        # acked Cancelled, a shutdown releases, a lost lock acks nothing.
+        interrupted = isinstance(error, asyncio.CancelledError | JobInterrupted)
+        if entry.cancelling and interrupted:
+            self.stats["cancelled"] += 1
+            await self._ack(job, token, Cancelled())
+            return None
+        if entry.interrupted_by == "shutdown" and error is not None:
+            await self._release(job, token)
+            return None
+        if entry.interrupted_by == "lock-lost" and interrupted:
+            self.stats["lock-lost"] += 1
+            logger.warning("job %s stopped: its lock was lost; nothing acked", job.id)
+            return None
+        if error is None:
+            try:
+                json.dumps(value, allow_nan=False)
+            except (TypeError, ValueError) as exc:
+                failure = InvalidRequestError(f"handler result of {job.name} is not JSON-serialisable: {exc}")
+                self.stats["failed"] += 1
+                await self._report(definition, job, entry, failure, will_retry=False)
+                return Fail(encode_failure(failure))
+            self.stats["completed"] += 1
+            return Complete(value)
+        if isinstance(error, JobTimeoutError):
+            failure: BaseException = error
+            kind = "timeout"
+        elif interrupted:
+            failure = JobInterrupted("the handler interrupted itself")
+            kind = "interrupted"
+        else:
+            failure = error
+            kind = "error"
+        exit_value = error.exit if isinstance(error, _ChildFailure) else encode_failure(failure, kind=kind)
+        unrecoverable = is_unrecoverable(failure) or (
+            isinstance(error, _ChildFailure) and error.unrecoverable
+        )
+        if not unrecoverable and definition.retryable is not None and kind == "error":
+            try:
+                unrecoverable = not definition.retryable(failure)
+            except Exception:  # a throwing predicate means "retryable"
+                logger.exception("retryable predicate of %s raised; treating the failure as retryable", job.name)
+        attempt = entry.ctx.attempt
+        if unrecoverable or attempt >= job.attempts_max:
+            self.stats["failed"] += 1
+            await self._report(definition, job, entry, failure, will_retry=False)
+            return Fail(exit_value)
+        delay = backoff_delay_ms(job, attempt)
+        self.stats["retried"] += 1
+        await self._report(definition, job, entry, failure, will_retry=True, delay=delay)
+        return Retry(delay, exit_value)
+
+    async def _release(self, job: JobRecord, token: str) -> None:
+        self.stats["released"] += 1
+        try:
+            await self._store_call("release", self.store.release, job.id, token)
+        except (LockLostError, JobNotFoundError) as exc:
+            logger.warning("release dropped (%s) for job %s", type(exc).__name__, job.id)
+        except JobStoreError as exc:
+            logger.error("release of job %s failed after retries (%s); stall recovery will take over", job.id, exc)
+
+    async def _report(
+        self,
+        definition: Job | None,
+        job: JobRecord,
+        entry: _InFlight | None,
+        cause: Any,
+        *,
+        will_retry: bool,
+        delay: int = 0,
+    ) -> None:
+        attempt = entry.ctx.attempt if entry else job.attempts_made
+        if will_retry:
+            logger.warning(
+                "job %s (%s) failed attempt %d of %d; retrying in %d ms: %s",
+                job.id, job.name, attempt, job.attempts_max, delay, cause,
+            )
+        else:
+            logger.error("job %s (%s) failed terminally (attempt %d of %d): %s",
+                         job.id, job.name, attempt, job.attempts_max, cause)
+        if self.on_job_failure is None:
+            return
+        report = FailureReport(job.id, job.name, job.queue, attempt, job.attempts_max, will_retry, cause)
+        try:
+            result = self.on_job_failure(report)
+            if isinstance(result, Awaitable):
+                await result
+        except Exception:
+            logger.exception("on_job_failure hook raised; ignored")
+
+    # ------------------------------------------------------------ background loops
+
+    async def _every(self, interval_ms: int, fn: Callable[[], Awaitable[None]]) -> None:
+        """sleep(interval) -> one pass -> log any failure -> repeat (first pass after one interval)."""
+        while True:
+            await sleep_ms(self.clock, interval_ms)
+            try:
+                await fn()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                logger.exception("%s pass failed; carrying on", getattr(fn, "__name__", "maintenance"))
+
+    async def _heartbeat(self) -> None:
+        entries = [e for e in self._in_flight.values() if not e.lost]
+        if not entries:
+            return
+        now = self.clock()
+        try:
+            result = await self._store_call(
+                "lock renewal",
+                self.store.extend_locks,
+                [(e.job.id, e.token) for e in entries],
+                self.lock_duration_ms,
+            )
+        except JobStoreError as exc:
+            logger.warning("lock renewal failed: %s", exc)
+            now = self.clock()
+            for e in entries:
+                if e.deadline <= now and not e.expired_reported:
+                    e.expired_reported = True
+                    logger.warning(
+                        "job %s: locks expired before the heartbeat could reach the store; jobs may run twice",
+                        e.job.id,
+                    )
+                    if self.on_lock_lost == "interrupt":
+                        e.lost = True
+                        e.interrupt("lock-lost")
+            return
+        lost, cancel = set(result.lost), set(result.cancel_requested)
+        for e in entries:
+            if e.job.id in lost:
+                if self._in_flight.get(e.job.id) is not e:
+                    continue  # the run ended while the heartbeat was in flight
+                e.lost = True
+                logger.warning("failed to renew locks; jobs may run twice: %s", e.job.id)
+                if self.on_lock_lost == "interrupt":
+                    e.interrupt("lock-lost")
+            elif e.job.id in cancel:
+                if not e.cancelling:
+                    logger.info("job %s: cancel requested; interrupting it", e.job.id)
+                e.cancelling = True
+                e.interrupt("cancel")
+            else:
+                e.deadline = now + self.lock_duration_ms
+
+    async def _recover_stalled(self) -> None:
+        recovered = await self._store_call("stall recovery", self.store.recover_stalled, self.max_stalled_count)
+        if not recovered:
+            return
+        logger.warning("recovered stalled jobs: %s", ", ".join(f"{r.id}{' (failed)' if r.failed else ''}" for r in recovered))
+        for row in recovered:
+            if not row.failed:
+                continue
+            record = await self._io_call(self.store.get_job, row.id)
+            if record is not None:
+                definition = self._handlers.get(record.name)
+                await self._report(definition, record, None, record.failed_reason, will_retry=False)
+
+    async def _tick_schedules(self) -> None:
+        fired = await self._io_call(tick_due_schedules, self.store)
+        if fired:
+            logger.info("fired %d scheduled job(s)", fired)
+
+    async def _sweep_history(self) -> None:
+        swept = await self._store_call("history sweep", self.store.sweep_state)
+        pruned = await self._store_call("dedupe sweep", self.store.sweep_dedupes)
+        if swept["deleted"] or pruned:
+            logger.info("history sweep deleted %d job(s); dedupe sweep pruned %d key(s)", swept["deleted"], pruned)
+
+
+class _ChildFailure(Exception):
+    def __init__(self, payload: Mapping[str, Any]) -> None:
+        super().__init__(payload.get("message", "child process failed"))
+        self.exit = payload["exit"]
+        self.unrecoverable = bool(payload.get("unrecoverable"))
+
+
+def _child_main(definition: Job, job: JobRecord, ctx: JobContext, conn: Any) -> None:
+    """Entry point of the per-job child process (fork)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    set_current_job(ctx)
+    try:
+        assert definition.fn is not None
+        value = definition.fn(job.payload)
+        json.dumps(value, allow_nan=False)
+        conn.send(("ok", value))
+    except BaseException as exc:  # report every failure to the parent
+        conn.send(
+            ("error", {"exit": encode_failure(exc), "message": str(exc), "unrecoverable": is_unrecoverable(exc)})
+        )
+    finally:
+        conn.close()
+        os._exit(0)
+
