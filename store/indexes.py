@@ -45,7 +45,8 @@ def reconcile_indexes(store: RedisJobStore, boot_at: int) -> None:
             since = None
         if since is None:
             rows = rebuild_index(store, kind)
-            logger.info("rebuilt the %s index of %s: %d rows", kind, store.prefix, rows)
+            if rows:
+                logger.info("rebuilt the %s index of %s: %d rows", kind, store.prefix, rows)
         else:
             heal_index_tail(store, kind, since - TAIL_MARGIN_MS)
         store._command("index reconcile", "set", marker, str(boot_at))

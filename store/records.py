@@ -293,7 +293,7 @@ class EnqueueRequest:
             object.__setattr__(self, "metadata", {})
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class EnqueueResult(_MappingCompat):
     id: str
     duplicate: bool
@@ -340,13 +340,13 @@ class AttemptRecord:
     exit: Any = MISSING
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class ExtendLocksResult(_MappingCompat):
     lost: list[str] = field(default_factory=list)
     cancel_requested: list[str] = field(default_factory=list)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class StalledJob(_MappingCompat):
     """One row of ``recover_stalled``: the job was requeued (``failed=False``) or failed."""
 
@@ -473,7 +473,7 @@ class FlowChildReport:
     failed_reason: str | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class ChildReportResult(_MappingCompat):
     applied: bool
     parent_settled: bool

@@ -171,7 +171,23 @@ class RedisJobStore(ScheduleOperations):
 
     def _run(self, script: str, *args: Any) -> Any:
         with redis_errors(script):
-            return self._scripts(script, *args)
+            reply = self._scripts(script, *args)
+        if (
+            isinstance(reply, list)
+            and reply
+            and isinstance(reply[-1], list)
+            and reply[-1][:1] == ["!keep"]
+        ):
+            owed = reply.pop()
+            self._finish_keep(owed[1:])
+        return reply
+
+    def _finish_keep(self, owed: list[str]) -> None:
+        """Finish keep pruning a transition could not complete in its own bounded call."""
+        for k in range(0, len(owed), 3):
+            name, state, keep = owed[k : k + 3]
+            while self._run("prune_keep", self.now(), name, state, keep):
+                pass
 
     def _signal_wake(self, queue: str) -> None:
         self._wake.signal(queue)

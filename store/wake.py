@@ -166,6 +166,7 @@ class WakeHub:
 
     def close(self) -> None:
         self._stop.set()
+        self._close_pubsub()  # unblocks the subscriber's read at once
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=3.0)

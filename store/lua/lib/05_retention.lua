@@ -48,13 +48,17 @@ local function keep_rule(keep_json, state)
   return nil
 end
 
--- How many rows one terminal transition may prune; the rest is pruned by the
--- next transitions of the group and by the history sweep.
+-- How many rows one script may prune for one group.  When a group needs more
+-- (a keep policy newly applied to a large history), the script reports the
+-- owed work in its reply (see with_keep_owed) and the caller finishes it with
+-- further bounded prune_keep calls before the operation returns.
 local KEEP_BUDGET = 500
 local TIE_LIMIT = 1000
+local KEEP_OWED = {}
 
--- Apply keep to the (name, state) group after a job of that group finished.
-local function apply_keep(name, state, rule, now)
+-- One bounded pass of the keep rule over a (name, state) group.  Returns true
+-- when the budget ran out (the group may still be over its rule).
+local function apply_keep_once(name, state, rule, now)
   local tk = k_terminal(name, state)
   local budget = KEEP_BUDGET
   local age = tonumber(rule.age_ms)
@@ -66,16 +70,17 @@ local function apply_keep(name, state, rule, now)
         budget = budget - 1
       end
     end
+    if budget <= 0 then return true end
   end
   local count = tonumber(rule.count)
-  if count == nil or budget <= 0 then return end
+  if count == nil then return false end
   count = math.floor(math.max(0, count))
-  if redis.call('ZCARD', tk) <= count then return end
+  if redis.call('ZCARD', tk) <= count then return false end
   -- Order is finished_at desc, then seq desc.  Rows scored above the row at
   -- rank `count` are kept, rows below it are pruned, and rows tied with it are
   -- ordered by seq (a zset score cannot carry that tie-break).
   local at = redis.call('ZREVRANGE', tk, count, count, 'WITHSCORES')
-  if #at == 0 then return end
+  if #at == 0 then return false end
   local boundary = at[2]
   local above = redis.call('ZCOUNT', tk, '(' .. boundary, '+inf')
   local ties = redis.call('ZRANGEBYSCORE', tk, boundary, boundary, 'LIMIT', 0, TIE_LIMIT)
@@ -86,16 +91,39 @@ local function apply_keep(name, state, rule, now)
   table.sort(ranked, function(a, b) return a.seq > b.seq end)
   local slots = count - above
   for i, row in ipairs(ranked) do
-    if i > slots and budget > 0 and not owes_cascades(row.id) then
+    if i > slots and not owes_cascades(row.id) then
+      if budget <= 0 then return true end
       delete_job(row.id)
       budget = budget - 1
     end
   end
-  if budget <= 0 then return end
+  if budget <= 0 then return true end
   local below = redis.call('ZREVRANGEBYSCORE', tk, '(' .. boundary, '-inf', 'LIMIT', 0, budget)
   for _, id in ipairs(below) do
     if not owes_cascades(id) then delete_job(id) end
   end
+  return #below >= budget
+end
+
+-- Apply keep to a group after a job of it finished, recording owed work.
+local function apply_keep(name, state, rule, now, keep_json)
+  if apply_keep_once(name, state, rule, now) then
+    KEEP_OWED[#KEEP_OWED + 1] = { name, state, keep_json }
+  end
+end
+
+-- A script's reply, plus a last element {'!keep', name, state, keep, ...} when
+-- pruning is owed (a nested array, so it cannot be mistaken for a reply value).
+local function with_keep_owed(reply)
+  if #KEEP_OWED == 0 then return reply end
+  local owed = { '!keep' }
+  for _, o in ipairs(KEEP_OWED) do
+    owed[#owed + 1] = o[1]
+    owed[#owed + 1] = o[2]
+    owed[#owed + 1] = o[3]
+  end
+  reply[#reply + 1] = owed
+  return reply
 end
 
 -- Bookkeeping for a row that just became terminal: the finished/terminal
@@ -108,5 +136,5 @@ local function retain_terminal(id, name, state, keep_json, now, apply_prune)
   if not rule then return end
   local age = tonumber(rule.age_ms)
   if age then redis.call('ZADD', K_KEEPAGE, now + age, id) end
-  if apply_prune then apply_keep(name, state, rule, now) end
+  if apply_prune then apply_keep(name, state, rule, now, keep_json) end
 end
