@@ -96,7 +96,7 @@ def validate_metadata(metadata: Any) -> Mapping[str, str]:
 
 
 def encode_request(req: EnqueueRequest, mode: str, job_id: str) -> list[str]:
-    """The 14 ARGV strings of one request (see ``read_request`` in lua/lib/02_rows.lua).
+    """The 14 ARGV strings of one request (see ``read_request`` in lua/lib/03_rows.lua).
 
     Everything is validated here, before any script runs, so a refused request
     writes nothing.

@@ -32,6 +32,10 @@ class StoreKeys:
         self.outbox = f"{tag}:outbox"
         self.outbox_seq = f"{tag}:outbox:seq"
         self.flow_owes = f"{tag}:flow:owes"
+        self.flow_pending = f"{tag}:flow:pending"
+        self.flow_cascade = f"{tag}:flow:cascade"
+        self.flow_gc = f"{tag}:flow:gc"
+        self.outbox_unroutable = f"{tag}:outbox:unroutable"
         self.schedules = f"{tag}:schedules"
 
     def job(self, job_id: str) -> str:
@@ -66,6 +70,12 @@ class StoreKeys:
 
     def stats(self, state: str) -> str:
         return f"{self.tag}:stats:{state}"
+
+    def flowchild(self, flow_id: str, child_key: str) -> str:
+        return f"{self.tag}:flowchild:{flow_id}{NUL}{child_key}"
+
+    def flowchildren(self, flow_id: str) -> str:
+        return f"{self.tag}:flowchildren:{flow_id}"
 
     def schedule(self, key: str) -> str:
         return f"{self.tag}:schedule:{key}"

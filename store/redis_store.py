@@ -26,6 +26,7 @@ from store.errors import (
     JobStoreError,
     LockLostError,
 )
+from store.flows import FlowOperations
 from store.indexes import reconcile_indexes
 from store.keys import StoreKeys
 from store.listing import DEFAULT_SCAN_BUDGET, parse_cursor, plan_list_query
@@ -43,6 +44,7 @@ from store.records import (
     EnqueueResult,
     ExtendLocksResult,
     Fail,
+    FanOut,
     JobRecord,
     ListResult,
     Retry,
@@ -124,7 +126,7 @@ def redis_errors(operation: str) -> Iterator[None]:
         raise JobStoreError(f"{operation} failed: {exc}", exc) from exc
 
 
-class RedisJobStore(ScheduleOperations):
+class RedisJobStore(ScheduleOperations, FlowOperations):
     """The job store on one Redis (standalone, TLS, unix socket or Cluster)."""
 
     def __init__(
@@ -172,22 +174,25 @@ class RedisJobStore(ScheduleOperations):
     def _run(self, script: str, *args: Any) -> Any:
         with redis_errors(script):
             reply = self._scripts(script, *args)
-        if (
-            isinstance(reply, list)
-            and reply
-            and isinstance(reply[-1], list)
-            and reply[-1][:1] == ["!keep"]
-        ):
-            owed = reply.pop()
-            self._finish_keep(owed[1:])
+        if isinstance(reply, list) and reply and isinstance(reply[-1], list) and reply[-1][:1] == ["!owed"]:
+            self._finish_owed(reply.pop()[1:])
         return reply
 
-    def _finish_keep(self, owed: list[str]) -> None:
-        """Finish keep pruning a transition could not complete in its own bounded call."""
-        for k in range(0, len(owed), 3):
-            name, state, keep = owed[k : k + 3]
-            while self._run("prune_keep", self.now(), name, state, keep):
-                pass
+    def _finish_owed(self, owed: list[str]) -> None:
+        """Finish work a script could not complete within its own bounded call.
+
+        ``keep``: pruning of a (name, state) group beyond one call's budget;
+        ``rows``: flipping the pending rows of a settled flow with many children.
+        """
+        for k in range(0, len(owed), 4):
+            kind, a, b, c = owed[k : k + 4]
+            if kind == "keep":
+                while self._run("prune_keep", self.now(), a, b, c):
+                    pass
+            elif kind == "rows":
+                last = b
+                while last:
+                    last = self._run("flip_flow_rows", self.now(), a, last)
 
     def _signal_wake(self, queue: str) -> None:
         self._wake.signal(queue)
@@ -354,7 +359,10 @@ class RedisJobStore(ScheduleOperations):
         raise InvalidRequestError(f"unknown ack outcome: {outcome!r}")
 
     def ack(self, job_id: str, token: str, outcome: AckOutcome) -> None:
-        """Record the outcome of the run ``token`` holds."""
+        """Record the outcome of the run ``token`` holds (a FanOut parks a flow parent)."""
+        if isinstance(outcome, FanOut):
+            self._fan_out(job_id, token, outcome)
+            return
         reply = self._run("ack", self.now(), job_id, token, *self._ack_args(outcome))
         self._check_lock_reply(reply, job_id)
         if isinstance(outcome, Retry):

@@ -10,4 +10,4 @@
 -- over a pending cancel; Retry on a cancel-requested job ends it cancelled.
 local exit_json = ARGV[5]
 if exit_json == '' then exit_json = nil end
-return with_keep_owed(ack_job(tonumber(ARGV[1]), ARGV[2], ARGV[3], ARGV[4], exit_json, tonumber(ARGV[6]) or 0))
+return with_owed(ack_job(tonumber(ARGV[1]), ARGV[2], ARGV[3], ARGV[4], exit_json, tonumber(ARGV[6]) or 0))

@@ -17,4 +17,4 @@ local acked = ack_job(now, ARGV[2], ARGV[3], ARGV[4], exit_json, tonumber(ARGV[6
 local names = {}
 for i = 10, #ARGV do names[#names + 1] = ARGV[i] end
 local claimed = claim_next(now, ARGV[7], tonumber(ARGV[8]), ARGV[9], names)
-return with_keep_owed({ acked[1], acked[2] or '', claimed[1], claimed[2], claimed[3] or '' })
+return with_owed({ acked[1], acked[2] or '', claimed[1], claimed[2], claimed[3] or '' })

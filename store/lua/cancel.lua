@@ -6,4 +6,4 @@
 -- Reply: {'ok'} | {'notfound'} | {'state', state}
 -- waiting/delayed finish as cancelled now; an active job only gets its cancel
 -- request flag (the holder learns it from its next heartbeat).
-return with_keep_owed(cancel_job(ARGV[2], tonumber(ARGV[1])))
+return with_owed(cancel_job(ARGV[2], tonumber(ARGV[1])))

@@ -9,4 +9,4 @@ local job_id = redis.call('HGET', k_dedupe(dedupe_member(ARGV[2], ARGV[3])), 'jo
 if not job_id then return { 'none' } end
 local res = cancel_job(job_id, tonumber(ARGV[1]))
 res[#res + 1] = job_id
-return with_keep_owed(res)
+return with_owed(res)

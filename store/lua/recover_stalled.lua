@@ -37,4 +37,4 @@ for _, id in ipairs(expired) do
 end
 out[2] = requeued
 if requeued > 0 then wake('*') end
-return with_keep_owed(out)
+return with_owed(out)

@@ -17,4 +17,4 @@ else
   make_waiting(id, j, j.seq, now, nil)
   wake(j.queue)
 end
-return with_keep_owed({ 'ok', j.queue })
+return with_owed({ 'ok', j.queue })

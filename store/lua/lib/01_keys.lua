@@ -19,6 +19,9 @@ local K_OUTBOX_SEQ = B .. ':outbox:seq'
 local K_FLOW_OWES = B .. ':flow:owes'
 local K_STATS = B .. ':stats:'
 local K_SCHEDULES = B .. ':schedules'
+local K_FLOW_PENDING = B .. ':flow:pending'
+local K_FLOW_CASCADE = B .. ':flow:cascade'
+local K_FLOW_GC = B .. ':flow:gc'
 
 local function k_job(id) return B .. ':job:' .. id end
 local function k_attempts(id) return B .. ':attempts:' .. id end
@@ -30,3 +33,6 @@ local function k_byname(name) return B .. ':byname:' .. name end
 local function k_byqueue(queue) return B .. ':byqueue:' .. queue end
 local function k_dedupe(member) return B .. ':dedupe:' .. member end
 local function k_schedule(key) return B .. ':schedule:' .. key end
+local function k_flowchild(flow_id, child_key) return B .. ':flowchild:' .. flow_id .. NUL .. child_key end
+local function k_flowchildren(flow_id) return B .. ':flowchildren:' .. flow_id end
+local function flow_member(flow_id, child_key) return flow_id .. NUL .. child_key end

@@ -29,6 +29,8 @@ local function delete_job(id)
     redis.call('ZREM', k_terminal(name, state), id)
     redis.call('ZREM', K_KEEPAGE, id)
   end
+  if redis.call('EXISTS', k_flowchildren(id)) == 1 then delete_flow_rows(id) end
+  redis.call('HDEL', K_FLOW_OWES, id)
   redis.call('DEL', jk, k_attempts(id))
   return true
 end
@@ -54,7 +56,6 @@ end
 -- further bounded prune_keep calls before the operation returns.
 local KEEP_BUDGET = 500
 local TIE_LIMIT = 1000
-local KEEP_OWED = {}
 
 -- One bounded pass of the keep rule over a (name, state) group.  Returns true
 -- when the budget ran out (the group may still be over its rule).
@@ -107,23 +108,7 @@ end
 
 -- Apply keep to a group after a job of it finished, recording owed work.
 local function apply_keep(name, state, rule, now, keep_json)
-  if apply_keep_once(name, state, rule, now) then
-    KEEP_OWED[#KEEP_OWED + 1] = { name, state, keep_json }
-  end
-end
-
--- A script's reply, plus a last element {'!keep', name, state, keep, ...} when
--- pruning is owed (a nested array, so it cannot be mistaken for a reply value).
-local function with_keep_owed(reply)
-  if #KEEP_OWED == 0 then return reply end
-  local owed = { '!keep' }
-  for _, o in ipairs(KEEP_OWED) do
-    owed[#owed + 1] = o[1]
-    owed[#owed + 1] = o[2]
-    owed[#owed + 1] = o[3]
-  end
-  reply[#reply + 1] = owed
-  return reply
+  if apply_keep_once(name, state, rule, now) then owe('keep', name, state, keep_json) end
 end
 
 -- Bookkeeping for a row that just became terminal: the finished/terminal

@@ -38,7 +38,7 @@ local function finish(id, j, to_state, opts, now)
   counts_add(j.queue, to_state, 1)
   redis.call('HINCRBY', K_STATS .. to_state, fmt(math.floor(now / 60000)), 1)
   append_attempt(id, opts.ledger or to_state, j.processed_at, now, opts.ledger_exit)
-  append_outbox(id, to_state)
+  append_outbox(id, to_state, now)
   release_dedupe(j.name, j.dedupe_key, id, now)
   retain_terminal(id, j.name, to_state, j.keep, now, opts.prune ~= false)
 end
@@ -71,6 +71,7 @@ local function cancel_job(id, now)
     return { 'ok' }
   end
   if is_terminal(j.state) then return { 'state', j.state } end
+  if j.state == 'waiting-children' then settle_mark_rows(id, now) end
   finish(id, j, 'cancelled', {}, now)
   return { 'ok' }
 end

@@ -15,12 +15,12 @@ end
 -- The outbox invariant: a job carrying a parent envelope appends its terminal
 -- report in the same atomic step as the transition.  Must run after the
 -- terminal fields were written (it reads exit and failed_reason back).
-local function append_outbox(id, state)
+local function append_outbox(id, state, now)
   local f = redis.call('HMGET', k_job(id), 'parent', 'exit', 'failed_reason')
   local parent = f[1]
   if not parent then return end
   local seq = redis.call('INCR', K_OUTBOX_SEQ)
-  local doc = '{"parent":' .. parent .. ',"outcome":"' .. state .. '"'
+  local doc = '{"parent":' .. parent .. ',"outcome":"' .. state .. '","at":' .. fmt(now)
   if f[2] then doc = doc .. ',"exit":' .. f[2] end
   if f[3] then doc = doc .. ',"failed_reason":' .. cjson.encode(f[3]) end
   redis.call('ZADD', K_OUTBOX, seq, fmt(seq) .. NUL .. doc .. '}')
