@@ -62,6 +62,7 @@ from store.records import (
     StalledJob,
     TraceContext,
 )
+from store.flow_runtime import Child, ChildGroup, ChildResult, Flow, FlowResults, child_job_id, children
 from store.jobs import (
     JOBS,
     Job,

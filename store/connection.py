@@ -101,6 +101,11 @@ def connect(url: str | None = None, *, cluster: bool = False, **kwargs: Any) -> 
         if client is not None:
             _close_quietly(client)
         raise JobStoreError(f"cannot connect to Redis at {mask_url(url)}: {exc}", exc) from exc
+    except InvalidRequestError:
+        raise
+    except ValueError as exc:
+        # redis-py's URL parser (e.g. a non-numeric port).
+        raise InvalidRequestError(f"invalid Redis URL {mask_url(url)}: {exc}") from exc
     logger.debug("connected to Redis at %s", mask_url(url))
     return client
 

@@ -370,7 +370,7 @@ class EmbeddedRedis:
     def _live_server_pid(self) -> int | None:
         """The pidfile's pid if that process is alive and looks like a redis-server."""
         pid = self._server_pid()
-        if pid is None or not _pid_alive(pid) or not _looks_like_redis(pid):
+        if pid is None or not _pid_alive(pid) or not _looks_like_our_redis(pid, self.socket_path):
             return None
         return pid
 
@@ -538,8 +538,12 @@ def _pid_alive(pid: int) -> bool:
     return state not in (b"Z", b"X")
 
 
-def _looks_like_redis(pid: int) -> bool:
-    # Guard against a reused pid in a stale pidfile; without /proc, trust the pidfile.
+def _looks_like_our_redis(pid: int, socket_path: Path) -> bool:
+    """Whether ``pid`` (from a pidfile) is a redis-server serving ``socket_path``.
+
+    Guards against a stale pidfile whose pid now belongs to another process (or to
+    another redis-server); without /proc to look at, the pidfile is trusted.
+    """
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as handle:
             cmdline = handle.read()
@@ -549,7 +553,11 @@ def _looks_like_redis(pid: int) -> bool:
     configured = os.environ.get(SERVER_BINARY_ENV)
     if configured:
         names.append(os.fsencode(os.path.basename(configured)))
-    return any(name in cmdline for name in names)
+    if not any(name in cmdline for name in names):
+        return False
+    # Redis retitles itself "redis-server unixsocket:<path>" when it has no TCP port.
+    marker = b"unixsocket:"
+    return marker not in cmdline or marker + os.fsencode(socket_path) in cmdline
 
 
 def _signal(pid: int, signum: int) -> None:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import itertools
 import json
 import logging
@@ -39,6 +40,7 @@ from typing import Any
 
 from store.clock import sleep_ms
 from store.errors import InvalidRequestError, JobNotFoundError, JobStoreError, LockLostError
+from store.flow_runtime import Flow, FlowDefinitionError, FlowResults, enqueue_children, relay_outbox, sweep_flows
 from store.jobs import (
     JOBS,
     Job,
@@ -57,10 +59,13 @@ from store.records import (
     Complete,
     Empty,
     Fail,
+    FanOut,
+    FlowChildSpec,
     JobRecord,
     Retry,
 )
 from store.redis_store import RedisJobStore
+from store.registry import StoreRegistry, default_registry
 from store.scheduler import tick_due_schedules
 
 logger = logging.getLogger(__name__)
@@ -152,6 +157,8 @@ class Worker:
         burst: bool = False,
         job_hooks: Iterable[tuple[JobHook, JobHook]] = (),
         clock: Any = None,
+        registry: StoreRegistry | None = None,
+        flow_sweep_interval_ms: int = 30_000,
     ) -> None:
         if on_lock_lost not in ("ignore", "interrupt"):
             raise InvalidRequestError("on_lock_lost must be 'ignore' or 'interrupt'")
@@ -177,6 +184,11 @@ class Worker:
         self.burst = burst
         self.job_hooks = list(job_hooks)
         self.clock = clock or store._clock
+        self.registry = registry or default_registry
+        if self.registry.find(store.store_key) is None:
+            self.registry.register(store)
+        self.flow_sweep_interval_ms = int(flow_sweep_interval_ms)
+        self._relay_pulse: asyncio.Event | None = None
         self._handlers: dict[str, Job] = {}
         self._queues: dict[str, _QueueConfig] = {}
         self._tokens = itertools.count(1)
@@ -260,7 +272,13 @@ class Worker:
             for n in range(self.queue_concurrency(queue))
         ]
         loops = [asyncio.create_task(self._every(self.lock_renew_interval_ms, self._heartbeat), name="heartbeat")]
+        self._relay_pulse = asyncio.Event()
         if self.maintenance:
+            loops.append(asyncio.create_task(self._relay_loop(), name="outbox relay"))
+            if any(getattr(d, "flow", None) is not None for d in self._handlers.values()):
+                loops.append(
+                    asyncio.create_task(self._every(self.flow_sweep_interval_ms, self._sweep_flows), name="flows")
+                )
             loops += [
                 asyncio.create_task(self._every(self.stalled_interval_ms, self._recover_stalled), name="stalled"),
                 asyncio.create_task(self._every(self.schedule_sweep_interval_ms, self._tick_schedules), name="schedules"),
@@ -358,9 +376,11 @@ class Worker:
                     continue
                 if self._stopping.is_set():
                     await self._ack(job, held, outcome)
+                    self._pulse_relay(job, outcome)
                     continue
                 token = self._mint()
                 result = await self._ack_and_claim(job, held, outcome, queue, token)
+                self._pulse_relay(job, outcome)
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -446,13 +466,42 @@ class Worker:
             record=job,
             clock=self.clock,
         )
+        flow: Flow | None = getattr(definition, "flow", None)
+        if job.flow is not None and flow is None:
+            failure = InvalidRequestError(
+                f"job {job.id} carries flow results but {job.name!r} is registered as a plain job; "
+                "register it as a flow (then retry the job) so its recorded child results are not discarded"
+            )
+            await self._report(definition, job, None, failure, will_retry=False)
+            return Fail(encode_failure(failure))
         entry = _InFlight(job, token, ctx, deadline=self.clock() + self.lock_duration_ms)
         self._in_flight[job.id] = entry
         try:
             error, value = await self._run(definition, job, entry)
+            if flow is not None and job.flow is None and error is None:
+                try:
+                    specs = flow.build_specs(self.store, job, value)
+                except FlowDefinitionError as exc:
+                    error = exc
+                else:
+                    return await self._fan_out(flow, job, token, specs)
         finally:
             self._in_flight.pop(job.id, None)
         return await self._decide(definition, job, token, entry, error, value)
+
+    async def _fan_out(self, flow: Flow, job: JobRecord, token: str, specs: list[FlowChildSpec]) -> None:
+        """Ack the FanOut; only if it landed and the parent is parked, enqueue the children."""
+        try:
+            await self._store_call("fan-out ack", self.store.ack, job.id, token, FanOut(flow.fail_fast, specs))
+        except (LockLostError, JobNotFoundError) as exc:
+            logger.warning("fan-out of %s dropped (%s): another worker owns it; no children enqueued",
+                           job.id, type(exc).__name__)
+            return None
+        parent = await self._io_call(self.store.get_job, job.id)
+        if parent is not None and parent.state == "waiting-children":
+            await self._io_call(enqueue_children, self.registry, specs)
+        logger.info("job %s (%s) fanned out %d children", job.id, job.name, len(specs))
+        return None
 
     async def _run(self, definition: Job, job: JobRecord, entry: _InFlight) -> tuple[BaseException | None, Any]:
         """Run the handler under its timeout; returns (exception or None, value)."""
@@ -480,38 +529,51 @@ class Worker:
         except BaseException as exc:  # handler failures of every kind are data here
             return exc, None
 
+    def _target(self, definition: Job, job: JobRecord) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+        """What to call for this run: the handler, or a flow's fan-out / collect phase."""
+        flow: Flow | None = getattr(definition, "flow", None)
+        if flow is None:
+            assert definition.fn is not None
+            return definition.fn, (job.payload,)
+        if job.flow is None:
+            if flow.fan_out_fn is None:
+                raise InvalidRequestError(f"flow {flow.name!r} has no fan_out function")
+            return flow.fan_out_fn, (job.payload,)
+        if flow.collect_fn is None:
+            raise InvalidRequestError(f"flow {flow.name!r} has no collect function")
+        return flow.collect_fn, (job.payload, FlowResults(self.store, job.id, job.flow))
+
     async def _invoke(self, definition: Job, job: JobRecord, entry: _InFlight) -> Any:
-        assert definition.fn is not None
-        if definition.is_async:
+        fn, args = self._target(definition, job)
+        if inspect.iscoroutinefunction(fn):
             token = set_current_job(entry.ctx)
             try:
-                return await definition.fn(job.payload)
+                return await fn(*args)
             finally:
                 reset_current_job(token)
         assert self._loop is not None and self._sync_pool is not None
         if self.run_sync_in == "process":
-            return await self._loop.run_in_executor(self._sync_pool, self._run_in_child, definition, job, entry)
-        return await self._loop.run_in_executor(self._sync_pool, self._run_in_thread, definition, job, entry)
+            return await self._loop.run_in_executor(self._sync_pool, self._run_in_child, fn, args, entry)
+        return await self._loop.run_in_executor(self._sync_pool, self._run_in_thread, fn, args, entry)
 
-    def _run_in_thread(self, definition: Job, job: JobRecord, entry: _InFlight) -> Any:
-        assert definition.fn is not None
+    def _run_in_thread(self, fn: Callable[..., Any], args: tuple[Any, ...], entry: _InFlight) -> Any:
         token = set_current_job(entry.ctx)
         try:
             for before, _ in self.job_hooks:
                 before()
             entry.ctx.check_interrupted()
-            return definition.fn(job.payload)
+            return fn(*args)
         finally:
             for _, after in self.job_hooks:
                 with contextlib.suppress(Exception):
                     after()
             reset_current_job(token)
 
-    def _run_in_child(self, definition: Job, job: JobRecord, entry: _InFlight) -> Any:
+    def _run_in_child(self, fn: Callable[..., Any], args: tuple[Any, ...], entry: _InFlight) -> Any:
         """Run a sync handler in a forked child that the worker may kill."""
         ctx = multiprocessing.get_context("fork")
         parent_end, child_end = ctx.Pipe(duplex=False)
-        process = ctx.Process(target=_child_main, args=(definition, job, entry.ctx, child_end), daemon=True)
+        process = ctx.Process(target=_child_main, args=(fn, args, entry.ctx, child_end), daemon=True)
         process.start()
         entry.process = process
         child_end.close()
@@ -545,6 +607,7 @@ class Worker:
         if entry.cancelling and interrupted:
             self.stats["cancelled"] += 1
             await self._ack(job, token, Cancelled())
+            self._pulse_relay(job, Cancelled())
             return None
         if entry.interrupted_by == "shutdown" and error is not None:
             await self._release(job, token)
@@ -590,6 +653,11 @@ class Worker:
         self.stats["retried"] += 1
         await self._report(definition, job, entry, failure, will_retry=True, delay=delay)
         return Retry(delay, exit_value)
+
+    def _pulse_relay(self, job: JobRecord, outcome: AckOutcome | None) -> None:
+        """A flow child reached a terminal state: deliver its report now, not at the next timer."""
+        if job.parent is not None and self._relay_pulse is not None and not isinstance(outcome, Retry):
+            self._relay_pulse.set()
 
     async def _release(self, job: JobRecord, token: str) -> None:
         self.stats["released"] += 1
@@ -703,6 +771,33 @@ class Worker:
         if fired:
             logger.info("fired %d scheduled job(s)", fired)
 
+    async def _relay_loop(self) -> None:
+        """Deliver child reports: on every pulse, and at least every flow sweep interval."""
+        assert self._relay_pulse is not None
+        pulse = self._relay_pulse
+        while True:
+            waiters = [asyncio.ensure_future(pulse.wait()),
+                       asyncio.ensure_future(sleep_ms(self.clock, self.flow_sweep_interval_ms))]
+            try:
+                await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for w in waiters:
+                    w.cancel()
+            pulse.clear()
+            try:
+                delivered = await self._io_call(relay_outbox, self.store, self.registry)
+                if delivered:
+                    logger.info("relayed %d child report(s)", delivered)
+            except Exception:
+                logger.exception("outbox relay pass failed; carrying on")
+
+    async def _sweep_flows(self) -> None:
+        reconciled, cascaded = await self._io_call(
+            sweep_flows, self.store, self.registry, self.flow_sweep_interval_ms
+        )
+        if reconciled or cascaded:
+            logger.info("flow sweep: %d child(ren) reconciled, %d cancel(s) cascaded", reconciled, cascaded)
+
     async def _sweep_history(self) -> None:
         swept = await self._store_call("history sweep", self.store.sweep_state)
         pruned = await self._store_call("dedupe sweep", self.store.sweep_dedupes)
@@ -717,13 +812,12 @@ class _ChildFailure(Exception):
         self.unrecoverable = bool(payload.get("unrecoverable"))
 
 
-def _child_main(definition: Job, job: JobRecord, ctx: JobContext, conn: Any) -> None:
+def _child_main(fn: Callable[..., Any], args: tuple[Any, ...], ctx: JobContext, conn: Any) -> None:
     """Entry point of the per-job child process (fork)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     set_current_job(ctx)
     try:
-        assert definition.fn is not None
-        value = definition.fn(job.payload)
+        value = fn(*args)
         json.dumps(value, allow_nan=False)
         conn.send(("ok", value))
     except BaseException as exc:  # report every failure to the parent
