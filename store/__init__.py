@@ -22,6 +22,27 @@ from store.errors import (
     StoreDefect,
     StoreFailure,
 )
+from store.flow_runtime import (
+    Child,
+    ChildGroup,
+    ChildResult,
+    Flow,
+    FlowResults,
+    child_job_id,
+    children,
+)
+from store.jobs import (
+    JOBS,
+    Job,
+    JobContext,
+    JobFailedError,
+    JobInterrupted,
+    JobStatus,
+    Unrecoverable,
+    current_job,
+    job,
+    unrecoverable,
+)
 from store.records import (
     ALL_STATES,
     MISSING,
@@ -29,10 +50,10 @@ from store.records import (
     AckOutcome,
     AttemptRecord,
     BackoffPolicy,
+    Cancelled,
     CascadeChild,
     ChildReportResult,
     ChildResultsPage,
-    Cancelled,
     Claimed,
     ClaimResult,
     Complete,
@@ -61,19 +82,6 @@ from store.records import (
     ScheduleRecord,
     StalledJob,
     TraceContext,
-)
-from store.flow_runtime import Child, ChildGroup, ChildResult, Flow, FlowResults, child_job_id, children
-from store.jobs import (
-    JOBS,
-    Job,
-    JobContext,
-    JobFailedError,
-    JobInterrupted,
-    JobStatus,
-    Unrecoverable,
-    current_job,
-    job,
-    unrecoverable,
 )
 from store.redis_store import RedisJobStore
 from store.registry import StoreRegistry, default_registry

@@ -86,7 +86,9 @@ def _name(value: Any, field: str) -> str:
 
 def validate_metadata(metadata: Any) -> Mapping[str, str]:
     if not isinstance(metadata, Mapping):
-        raise InvalidRequestError(f"metadata must be a mapping of strings, got {type(metadata).__name__}")
+        raise InvalidRequestError(
+            f"metadata must be a mapping of strings, got {type(metadata).__name__}"
+        )
     for key, value in metadata.items():
         if not isinstance(key, str) or not isinstance(value, str):
             raise InvalidRequestError(
@@ -119,7 +121,9 @@ def encode_request(req: EnqueueRequest, mode: str, job_id: str) -> list[str]:
     backoff = ""
     if req.backoff is not None:
         if req.backoff.kind not in ("fixed", "exponential"):
-            raise InvalidRequestError(f"backoff kind must be 'fixed' or 'exponential', got {req.backoff.kind!r}")
+            raise InvalidRequestError(
+                f"backoff kind must be 'fixed' or 'exponential', got {req.backoff.kind!r}"
+            )
         _int_str(req.backoff.delay_ms, "backoff.delay_ms")
         backoff = dumps(req.backoff.to_json(), "backoff")
     keep = ""
@@ -182,7 +186,9 @@ def _int_or_none(text: str | None) -> int | None:
 
 def _number(text: str) -> float:
     value = float(text)
-    return int(value) if value.is_integer() and "." not in text and "e" not in text.lower() else value
+    return (
+        int(value) if value.is_integer() and "." not in text and "e" not in text.lower() else value
+    )
 
 
 def record_from_hash(job_id: str, h: Mapping[str, str]) -> JobRecord:
@@ -236,5 +242,5 @@ def attempt_from_json(text: str) -> AttemptRecord:
         started_at=doc.get("started_at"),
         finished_at=int(doc["finished_at"]),
         outcome=doc["outcome"],
-        exit=doc["exit"] if "exit" in doc else MISSING,
+        exit=doc.get("exit", MISSING),
     )

@@ -24,6 +24,7 @@ relayed) and delivers cancel cascades.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -80,7 +81,9 @@ class ChildGroup:
     items: list[Child]
 
 
-def children(job: Job, items: Iterable[Child | tuple[str, Any] | tuple[str, Any, Mapping[str, Any]]]) -> ChildGroup:
+def children(
+    job: Job, items: Iterable[Child | tuple[str, Any] | tuple[str, Any, Mapping[str, Any]]]
+) -> ChildGroup:
     """A group of children of one member job: ``(key, payload[, options])`` or :class:`Child`."""
     out: list[Child] = []
     for item in items:
@@ -140,7 +143,9 @@ def _child_result(row: FlowChildRecord) -> ChildResult:
         return ChildResult(row.child_key, row.name, "completed", value=exit_value)
     if row.status == "failed":
         error = exit_value.get("error") if isinstance(exit_value, dict) else None
-        return ChildResult(row.child_key, row.name, "failed", error=error or row.failed_reason or exit_value)
+        return ChildResult(
+            row.child_key, row.name, "failed", error=error or row.failed_reason or exit_value
+        )
     return ChildResult(row.child_key, row.name, "cancelled")
 
 
@@ -163,7 +168,9 @@ class Flow:
         if len(set(names)) != len(names):
             raise InvalidRequestError(f"flow {name!r} lists a child job twice")
         if parent.name in names:
-            raise InvalidRequestError(f"flow {name!r}: the parent {parent.name!r} cannot be its own child")
+            raise InvalidRequestError(
+                f"flow {name!r}: the parent {parent.name!r} cannot be its own child"
+            )
         if on_child_failure not in ("continue", "fail"):
             raise InvalidRequestError("on_child_failure must be 'continue' or 'fail'")
         self.name = name
@@ -179,7 +186,9 @@ class Flow:
         return f"Flow({self.name!r}, parent={self.parent.name!r})"
 
     def _unused_plain_handler(self, payload: Any) -> Any:
-        raise InvalidRequestError(f"flow parent {self.parent.name!r} runs through its flow, not as a plain job")
+        raise InvalidRequestError(
+            f"flow parent {self.parent.name!r} runs through its flow, not as a plain job"
+        )
 
     def fan_out(self, fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
         self.fan_out_fn = fn
@@ -191,8 +200,21 @@ class Flow:
 
     # producer surface: the parent's verbs
     def __getattr__(self, item: str) -> Any:
-        if item in {"enqueue", "enqueue_result", "enqueue_many", "execute", "poll", "await_result",
-                    "attempts_of", "retry", "cancel", "promote", "schedule", "unschedule", "cancel_by_key"}:
+        if item in {
+            "enqueue",
+            "enqueue_result",
+            "enqueue_many",
+            "execute",
+            "poll",
+            "await_result",
+            "attempts_of",
+            "retry",
+            "cancel",
+            "promote",
+            "schedule",
+            "unschedule",
+            "cancel_by_key",
+        }:
             return getattr(self.parent, item)
         raise AttributeError(item)
 
@@ -204,7 +226,9 @@ class Flow:
 
     # -------------------------------------------------------- fan-out specs
 
-    def build_specs(self, parent_store: RedisJobStore, record: JobRecord, groups: Any) -> list[FlowChildSpec]:
+    def build_specs(
+        self, parent_store: RedisJobStore, record: JobRecord, groups: Any
+    ) -> list[FlowChildSpec]:
         """Turn the fan-out's groups into child specs; deterministic bugs raise FlowDefinitionError."""
         if isinstance(groups, ChildGroup):
             groups = [groups]
@@ -216,15 +240,23 @@ class Flow:
         specs: list[FlowChildSpec] = []
         for group in groups or []:
             if not isinstance(group, ChildGroup):
-                raise FlowDefinitionError(f"fan_out must return children(...) groups, got {type(group).__name__}")
+                raise FlowDefinitionError(
+                    f"fan_out must return children(...) groups, got {type(group).__name__}"
+                )
             member = self.members.get(group.job.name)
             if member is None:
-                raise FlowDefinitionError(f"{group.job.name!r} is not a child job of flow {self.name!r}")
+                raise FlowDefinitionError(
+                    f"{group.job.name!r} is not a child job of flow {self.name!r}"
+                )
             for item in group.items:
                 if not isinstance(item.key, str) or not item.key or "\0" in item.key:
-                    raise FlowDefinitionError(f"child key must be a non-empty string, got {item.key!r}")
+                    raise FlowDefinitionError(
+                        f"child key must be a non-empty string, got {item.key!r}"
+                    )
                 if item.key in seen:
-                    raise FlowDefinitionError(f"child key {item.key!r} appears twice in one fan-out")
+                    raise FlowDefinitionError(
+                        f"child key {item.key!r} appears twice in one fan-out"
+                    )
                 seen.add(item.key)
                 options = dict(item.options)
                 metadata = dict(member.metadata(item.payload)) if member.metadata else {}
@@ -242,8 +274,10 @@ class Flow:
                         backoff=base.backoff,
                         keep=base.keep,
                         timeout_ms=base.timeout_ms,
-                        trace=record.trace and TraceContext(record.trace.trace_id, record.trace.span_id,
-                                                            record.trace.sampled, False),
+                        trace=record.trace
+                        and TraceContext(
+                            record.trace.trace_id, record.trace.span_id, record.trace.sampled, False
+                        ),
                         parent=ParentEnvelope(self.name, record.id, item.key, psk, depth),
                         delay_ms=0,
                     )
@@ -252,7 +286,9 @@ class Flow:
                     request_to_json(request)  # refuses what cannot be encoded, now
                 except (InvalidRequestError, JobStoreError) as exc:
                     raise FlowDefinitionError(f"child {item.key!r}: {exc}") from exc
-                specs.append(FlowChildSpec(child_key=item.key, store_key=member.store_key, request=request))
+                specs.append(
+                    FlowChildSpec(child_key=item.key, store_key=member.store_key, request=request)
+                )
         return specs
 
 
@@ -268,8 +304,12 @@ def enqueue_children(registry: StoreRegistry, specs: list[FlowChildSpec]) -> Non
         try:
             registry.get(store_key).enqueue_many(requests)
         except (StoreFailure, InvalidRequestError) as exc:
-            logger.error("enqueueing %d children into %s failed (%s); the flow sweeper will retry",
-                         len(requests), store_key, exc)
+            logger.error(
+                "enqueueing %d children into %s failed (%s); the flow sweeper will retry",
+                len(requests),
+                store_key,
+                exc,
+            )
 
 
 # ---------------------------------------------------------------- relay and sweeper
@@ -302,13 +342,21 @@ def relay_outbox(store: RedisJobStore, registry: StoreRegistry) -> int:
             try:
                 results = parent_store.record_child_results([e.report for e in entries])
             except StoreFailure as exc:
-                logger.warning("delivering %d child reports to %s failed (%s); retrying next pass",
-                               len(entries), store_key, exc)
+                logger.warning(
+                    "delivering %d child reports to %s failed (%s); retrying next pass",
+                    len(entries),
+                    store_key,
+                    exc,
+                )
                 continue
             for entry, result in zip(entries, results, strict=True):
                 if result.parent_settled and entry.report.outcome == "failed":
-                    logger.error("flow %s (%s) settled failed: child %r failed",
-                                 entry.report.flow_id, entry.flow_name, entry.report.child_key)
+                    logger.error(
+                        "flow %s (%s) settled failed: child %r failed",
+                        entry.report.flow_id,
+                        entry.flow_name,
+                        entry.report.child_key,
+                    )
             store.delete_outbox([e.id for e in entries])
             delivered += len(entries)
         if len(page) < RELAY_PAGE:
@@ -319,7 +367,9 @@ def relay_outbox(store: RedisJobStore, registry: StoreRegistry) -> int:
     return delivered
 
 
-def sweep_flows(store: RedisJobStore, registry: StoreRegistry, pending_age_ms: int) -> tuple[int, int]:
+def sweep_flows(
+    store: RedisJobStore, registry: StoreRegistry, pending_age_ms: int
+) -> tuple[int, int]:
     """One flow-sweeper pass over ``store`` (a parent store): returns (reconciled, cascaded)."""
     work = store.flow_sweep_work(pending_age_ms, limit=SWEEP_LIMIT)
     reconciled = cascaded = 0
@@ -351,7 +401,9 @@ def sweep_flows(store: RedisJobStore, registry: StoreRegistry, pending_age_ms: i
                         )
                     )
             except StoreFailure as exc:
-                logger.warning("reconciling child %s of flow %s failed: %s", spec.child_key, flow.flow_id, exc)
+                logger.warning(
+                    "reconciling child %s of flow %s failed: %s", spec.child_key, flow.flow_id, exc
+                )
         if reports:
             store.record_child_results(reports)
             reconciled += len(reports)
@@ -373,7 +425,5 @@ def sweep_flows(store: RedisJobStore, registry: StoreRegistry, pending_age_ms: i
 
 
 def _cancel_quietly(store: RedisJobStore, job_id: str) -> None:
-    try:
+    with contextlib.suppress(JobNotFoundError, JobNotCancellableError):
         store.cancel(job_id)
-    except (JobNotFoundError, JobNotCancellableError):
-        pass

@@ -108,7 +108,7 @@ def outbox_entry(member: str) -> OutboxEntry:
             flow_id=parent["flow_id"],
             child_key=parent["child_key"],
             outcome=doc["outcome"],
-            exit=doc["exit"] if "exit" in doc else MISSING,
+            exit=doc.get("exit", MISSING),
             failed_reason=doc.get("failed_reason"),
         ),
     )
@@ -140,16 +140,28 @@ class FlowOperations:
         seen: set[str] = set()
         for child in children:
             if not isinstance(child, FlowChildSpec):
-                raise InvalidRequestError(f"FanOut children must be FlowChildSpec, got {type(child).__name__}")
+                raise InvalidRequestError(
+                    f"FanOut children must be FlowChildSpec, got {type(child).__name__}"
+                )
             if child.request.id is None:
-                raise JobStoreError(f"FanOut child {child.child_key!r} has no request.id (the deterministic child id)")
+                raise JobStoreError(
+                    f"FanOut child {child.child_key!r} has no request.id (the deterministic child id)"
+                )
             key = _plain_key(child.child_key, "child key")
             if key in seen:
-                raise InvalidRequestError(f"FanOut lists child key {key!r} twice; child keys must be unique")
+                raise InvalidRequestError(
+                    f"FanOut lists child key {key!r} twice; child keys must be unique"
+                )
             seen.add(key)
             _plain_key(child.store_key, "child store key")
         strides = [
-            [c.child_key, c.store_key, c.request.id or "", c.request.name, request_to_json(c.request)]
+            [
+                c.child_key,
+                c.store_key,
+                c.request.id or "",
+                c.request.name,
+                request_to_json(c.request),
+            ]
             for c in children
         ]
         now = self.now()
@@ -190,7 +202,9 @@ class FlowOperations:
         encoded: list[list[str]] = []
         for r in reports:
             if r.outcome not in TERMINAL_OUTCOMES:
-                raise InvalidRequestError(f"a child report's outcome must be terminal, got {r.outcome!r}")
+                raise InvalidRequestError(
+                    f"a child report's outcome must be terminal, got {r.outcome!r}"
+                )
             encoded.append(
                 [
                     _plain_key(r.flow_id, "flow id"),
@@ -223,7 +237,13 @@ class FlowOperations:
         limit = max(1, int(limit))
         start = "(" + cursor if cursor else "-"
         keys = self._command(
-            "list_child_results", "zrangebylex", self.keys.flowchildren(flow_id), start, "+", 0, limit + 1
+            "list_child_results",
+            "zrangebylex",
+            self.keys.flowchildren(flow_id),
+            start,
+            "+",
+            0,
+            limit + 1,
         )
         page = keys[:limit]
         rows = self._pipeline_hgetall([self.keys.flowchild(flow_id, k) for k in page])
@@ -249,7 +269,9 @@ class FlowOperations:
         for k in range(0, len(flat), 4):
             flow_id, child_key, store_key, spec = flat[k : k + 4]
             reconcile.setdefault(flow_id, []).append(
-                FlowChildSpec(child_key=child_key, store_key=store_key, request=request_from_json(spec))
+                FlowChildSpec(
+                    child_key=child_key, store_key=store_key, request=request_from_json(spec)
+                )
             )
         cascade: dict[str, list[CascadeChild]] = {}
         flat = reply[1]
@@ -340,4 +362,10 @@ def _child_record(flow_id: str, child_key: str, h: Mapping[str, str]) -> FlowChi
     )
 
 
-__all__ = ["FlowOperations", "ParentEnvelope", "outbox_entry", "request_from_json", "request_to_json"]
+__all__ = [
+    "FlowOperations",
+    "ParentEnvelope",
+    "outbox_entry",
+    "request_from_json",
+    "request_to_json",
+]

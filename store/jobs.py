@@ -106,7 +106,9 @@ class JobContext:
         await sleep_ms(self.clock, ms)
 
 
-_current_job: contextvars.ContextVar[JobContext | None] = contextvars.ContextVar("mq_current_job", default=None)
+_current_job: contextvars.ContextVar[JobContext | None] = contextvars.ContextVar(
+    "mq_current_job", default=None
+)
 
 
 def current_job() -> JobContext:
@@ -219,7 +221,9 @@ def _keep(value: Any) -> KeepPolicy | None:
         flat = {"count", "age_ms", "ageMs"} & data.keys()
         split = {"completed", "failed", "cancelled"} & data.keys()
         if flat and split:
-            raise InvalidRequestError("keep mixes the flat {count, age_ms} form with per-state keys")
+            raise InvalidRequestError(
+                "keep mixes the flat {count, age_ms} form with per-state keys"
+            )
     return KeepPolicy.coerce(value)
 
 
@@ -322,7 +326,9 @@ class Job:
             meta.update(metadata)
         policy = None
         if allow_dedupe:
-            policy = _dedupe(dedupe if dedupe is not None else (self.dedupe(payload) if self.dedupe else None))
+            policy = _dedupe(
+                dedupe if dedupe is not None else (self.dedupe(payload) if self.dedupe else None)
+            )
         if at is not None:
             clock_now = now if now is not None else self.store.now()
             delay = max(0, int(at) - clock_now)
@@ -367,7 +373,12 @@ class Job:
         if record is None:
             return None
         return JobStatus(
-            record.id, record.state, record.attempts_made, record.metadata, record.exit, record.failed_reason
+            record.id,
+            record.state,
+            record.attempts_made,
+            record.metadata,
+            record.exit,
+            record.failed_reason,
         )
 
     def await_result(
@@ -398,15 +409,21 @@ class Job:
             try:
                 delay = next(delays)
             except StopIteration:
-                raise TimeoutError(f"job {job_id!r} is still {record.state} (poll schedule exhausted)") from None
+                raise TimeoutError(
+                    f"job {job_id!r} is still {record.state} (poll schedule exhausted)"
+                ) from None
             if deadline is not None:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
-                    raise TimeoutError(f"job {job_id!r} is still {record.state} after {timeout_s} s")
+                    raise TimeoutError(
+                        f"job {job_id!r} is still {record.state} after {timeout_s} s"
+                    )
                 delay = min(delay, remaining)
             time.sleep(delay)
 
-    def execute(self, payload: Any = None, *, timeout_s: float | None = None, **options: Any) -> Any:
+    def execute(
+        self, payload: Any = None, *, timeout_s: float | None = None, **options: Any
+    ) -> Any:
         """Enqueue, then await the result (a duplicate awaits the existing job)."""
         return self.await_result(self.enqueue(payload, **options), timeout_s=timeout_s)
 
@@ -486,9 +503,13 @@ class Job:
 def failed_error(record: JobRecord) -> JobFailedError:
     error = record.exit.get("error") if isinstance(record.exit, dict) else None
     if isinstance(error, dict):
-        return JobFailedError(record.id, str(error.get("type")), str(error.get("message")), record.exit)
+        return JobFailedError(
+            record.id, str(error.get("type")), str(error.get("message")), record.exit
+        )
     if record.exit is MISSING:
-        return JobFailedError(record.id, "StoreFailure", record.failed_reason or "failed without an exit")
+        return JobFailedError(
+            record.id, "StoreFailure", record.failed_reason or "failed without an exit"
+        )
     return JobFailedError(record.id, "Failure", repr(record.exit), record.exit)
 
 

@@ -16,7 +16,9 @@ class StoreKeys:
 
     def __init__(self, prefix: str) -> None:
         if not prefix or any(c in prefix for c in "{}\0"):
-            raise ValueError("a store prefix must be non-empty and must not contain '{', '}' or NUL")
+            raise ValueError(
+                "a store prefix must be non-empty and must not contain '{', '}' or NUL"
+            )
         self.prefix = prefix
         self.tag = "{" + prefix + "}"
         tag = self.tag

@@ -82,7 +82,9 @@ def plan_list_query(
         order_by, order_by
     )
     if order_by not in ORDER_FIELDS:
-        raise InvalidRequestError(f"order_by must be one of {', '.join(ORDER_FIELDS)}, got {order_by!r}")
+        raise InvalidRequestError(
+            f"order_by must be one of {', '.join(ORDER_FIELDS)}, got {order_by!r}"
+        )
     if order not in ("asc", "desc"):
         raise InvalidRequestError(f"order must be 'asc' or 'desc', got {order!r}")
     state_list: list[str] | None = None
@@ -111,8 +113,13 @@ def plan_list_query(
             sources = [keys.finished(s) for s in state_list]
             route = "finished:<state>"
         return ListPlan(
-            sources, order, route, queue=queue or "", metadata=meta,
-            residual=_residual(queue=queue, metadata=meta), empty=not state_list,
+            sources,
+            order,
+            route,
+            queue=queue or "",
+            metadata=meta,
+            residual=_residual(queue=queue, metadata=meta),
+            empty=not state_list,
         )
     if order_by == "run_at":
         if queue is None or not state_list or any(s != "delayed" for s in state_list):
@@ -120,7 +127,11 @@ def plan_list_query(
                 "run_at", "order_by='run_at' needs a queue and states=['delayed']"
             )
         return ListPlan(
-            [keys.delayed(queue)], order, f"delayed:{queue}", name=name or "", metadata=meta,
+            [keys.delayed(queue)],
+            order,
+            f"delayed:{queue}",
+            name=name or "",
+            metadata=meta,
             residual=_residual(name=name, metadata=meta),
         )
     states_csv = "" if state_list is None else ",".join(state_list)
@@ -131,21 +142,38 @@ def plan_list_query(
                 "name", "listing by name needs the name index, which indexes.name=False disables"
             )
         return ListPlan(
-            [keys.byname(name)], order, f"byname:{name}", queue=queue or "", states=states_csv,
-            metadata=meta, residual=_residual(queue=queue, states=state_list, metadata=meta), empty=empty,
+            [keys.byname(name)],
+            order,
+            f"byname:{name}",
+            queue=queue or "",
+            states=states_csv,
+            metadata=meta,
+            residual=_residual(queue=queue, states=state_list, metadata=meta),
+            empty=empty,
         )
     if queue is not None:
         if not indexes.get("queue", True):
             raise ListIndexDisabledError(
-                "queue", "listing by queue needs the queue index, which indexes.queue=False disables"
+                "queue",
+                "listing by queue needs the queue index, which indexes.queue=False disables",
             )
         return ListPlan(
-            [keys.byqueue(queue)], order, f"byqueue:{queue}", states=states_csv, metadata=meta,
-            residual=_residual(states=state_list, metadata=meta), empty=empty,
+            [keys.byqueue(queue)],
+            order,
+            f"byqueue:{queue}",
+            states=states_csv,
+            metadata=meta,
+            residual=_residual(states=state_list, metadata=meta),
+            empty=empty,
         )
     return ListPlan(
-        [keys.all], order, "all", states=states_csv, metadata=meta,
-        residual=_residual(states=state_list, metadata=meta), empty=empty,
+        [keys.all],
+        order,
+        "all",
+        states=states_csv,
+        metadata=meta,
+        residual=_residual(states=state_list, metadata=meta),
+        empty=empty,
     )
 
 

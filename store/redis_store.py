@@ -89,14 +89,16 @@ def normalize_history_ttl(value: Any) -> dict[str, int]:
             out[state] = _positive_ms(ttl, f"history_ttl[{state!r}]")
         return out
     ttl = _positive_ms(value, "history_ttl")
-    return {state: ttl for state in ("completed", "failed", "cancelled")}
+    return dict.fromkeys(("completed", "failed", "cancelled"), ttl)
 
 
 def _positive_ms(value: Any, what: str) -> int:
     if hasattr(value, "total_seconds"):
         value = int(value.total_seconds() * 1000)
     if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-        raise InvalidRequestError(f"{what} must be a positive number of milliseconds, got {value!r}")
+        raise InvalidRequestError(
+            f"{what} must be a positive number of milliseconds, got {value!r}"
+        )
     return int(value)
 
 
@@ -110,7 +112,9 @@ def normalize_indexes(value: Any) -> dict[str, bool]:
         if unknown:
             raise InvalidRequestError(f"indexes has unknown kinds: {sorted(unknown)}")
         return {"name": bool(value.get("name", True)), "queue": bool(value.get("queue", True))}
-    raise InvalidRequestError(f"indexes must be True, False or {{'name': bool, 'queue': bool}}, got {value!r}")
+    raise InvalidRequestError(
+        f"indexes must be True, False or {{'name': bool, 'queue': bool}}, got {value!r}"
+    )
 
 
 def _score_int(score: str) -> int:
@@ -174,7 +178,12 @@ class RedisJobStore(ScheduleOperations, FlowOperations):
     def _run(self, script: str, *args: Any) -> Any:
         with redis_errors(script):
             reply = self._scripts(script, *args)
-        if isinstance(reply, list) and reply and isinstance(reply[-1], list) and reply[-1][:1] == ["!owed"]:
+        if (
+            isinstance(reply, list)
+            and reply
+            and isinstance(reply[-1], list)
+            and reply[-1][:1] == ["!owed"]
+        ):
             self._finish_owed(reply.pop()[1:])
         return reply
 
@@ -267,7 +276,11 @@ class RedisJobStore(ScheduleOperations, FlowOperations):
                 codec.encode_request(req, "user", "")
                 encoded.append(None)
             else:
-                mode = "user" if req.id is not None else ("generated" if self._id_generator else "auto")
+                mode = (
+                    "user"
+                    if req.id is not None
+                    else ("generated" if self._id_generator else "auto")
+                )
                 encoded.append(codec.encode_request(req, mode, req.id or ""))
         results: list[EnqueueResult | None] = [None] * len(requests)
         woken: set[str] = set()
@@ -387,8 +400,15 @@ class RedisJobStore(ScheduleOperations, FlowOperations):
         self._wake.ensure_subscribed()
         wake_token = self._wake.version
         reply = self._run(
-            "ack_claim", self.now(), job_id, token, *self._ack_args(outcome),
-            next_token, int(lock_duration_ms), queue, *names,
+            "ack_claim",
+            self.now(),
+            job_id,
+            token,
+            *self._ack_args(outcome),
+            next_token,
+            int(lock_duration_ms),
+            queue,
+            *names,
         )
         if reply[0] == "ok" and isinstance(outcome, Retry):
             self._wake.signal(reply[1])
@@ -436,7 +456,9 @@ class RedisJobStore(ScheduleOperations, FlowOperations):
         cancel: list[str] = []
         now = self.now()
         for start in range(0, len(pairs), 2 * BATCH):
-            reply = self._run("extend_locks", now, int(duration_ms), *pairs[start : start + 2 * BATCH])
+            reply = self._run(
+                "extend_locks", now, int(duration_ms), *pairs[start : start + 2 * BATCH]
+            )
             lost.extend(reply[0])
             cancel.extend(reply[1])
         return ExtendLocksResult(lost, cancel)
@@ -458,7 +480,9 @@ class RedisJobStore(ScheduleOperations, FlowOperations):
             self._wake.signal(BROADCAST)
         return out
 
-    def await_wake(self, queues: Iterable[str], wake_token: int, timeout_ms: int | None = None) -> bool:
+    def await_wake(
+        self, queues: Iterable[str], wake_token: int, timeout_ms: int | None = None
+    ) -> bool:
         """Block until new work may be runnable on one of ``queues`` since ``wake_token``.
 
         Returns True when woken (spurious wake-ups are allowed), False when

@@ -28,8 +28,11 @@ def tick_due_schedules(store: RedisJobStore) -> int:
         slot = schedule.next_run_at
         upcoming = next_occurrence(schedule, slot, now)
         if upcoming is None:
-            logger.error("schedule %s has no next occurrence (cadence %s); skipped", schedule.key,
-                         schedule.cron or schedule.every_ms)
+            logger.error(
+                "schedule %s has no next occurrence (cadence %s); skipped",
+                schedule.key,
+                schedule.cron or schedule.every_ms,
+            )
             continue
         try:
             if store.tick_schedule(schedule.key, slot, upcoming, tick_request(schedule, slot)):

@@ -39,7 +39,9 @@ def zone(tz: str | None) -> ZoneInfo:
     try:
         return ZoneInfo(tz or "UTC")
     except (ZoneInfoNotFoundError, ValueError) as exc:
-        raise InvalidRequestError(f"unknown time zone {tz!r} (use an IANA name such as 'Europe/Berlin')") from exc
+        raise InvalidRequestError(
+            f"unknown time zone {tz!r} (use an IANA name such as 'Europe/Berlin')"
+        ) from exc
 
 
 def validate_cron(expr: str) -> None:
@@ -140,7 +142,9 @@ def encode_schedule(record: ScheduleRecord) -> list[str]:
     if not isinstance(record, ScheduleRecord):
         raise InvalidRequestError(f"expected a ScheduleRecord, got {type(record).__name__}")
     if not isinstance(record.key, str) or not record.key or "\0" in record.key:
-        raise InvalidRequestError(f"schedule key must be a non-empty string without NUL, got {record.key!r}")
+        raise InvalidRequestError(
+            f"schedule key must be a non-empty string without NUL, got {record.key!r}"
+        )
     validate_cadence(record.cron, record.tz, record.every_ms)
     # The job part reuses the enqueue validation (name, queue, numbers, policies).
     job = codec.encode_request(
@@ -227,7 +231,13 @@ class ScheduleOperations:
         next_run_at = int(record.next_run_at)
         stored = self._run("upsert_schedule", record.key, str(next_run_at), *pairs)
         self._signal_wake(record.queue)
-        return decode_schedule({**dict(zip(pairs[::2], pairs[1::2], strict=True)), "key": record.key, "next_run_at": stored})
+        return decode_schedule(
+            {
+                **dict(zip(pairs[::2], pairs[1::2], strict=True)),
+                "key": record.key,
+                "next_run_at": stored,
+            }
+        )
 
     def remove_schedule(self, key: str) -> bool:
         return bool(self._run("remove_schedule", key))
@@ -241,7 +251,13 @@ class ScheduleOperations:
         offset = 0
         while True:
             keys = self._command(
-                "schedules", "zrangebyscore", self.keys.schedules, "-inf", max_score, offset, SCHEDULE_PAGE
+                "schedules",
+                "zrangebyscore",
+                self.keys.schedules,
+                "-inf",
+                max_score,
+                offset,
+                SCHEDULE_PAGE,
             )
             if keys:
                 pipe = self.client.pipeline(transaction=False)
@@ -284,7 +300,13 @@ class ScheduleOperations:
             raise JobStoreError("tick_schedule needs request.id (the slot's deterministic job id)")
         args = codec.encode_request(request, "user", request.id)
         fired = self._run(
-            "tick_schedule", self.now(), self._idx, key, str(int(expected_run_at)), str(int(next_run_at)), *args
+            "tick_schedule",
+            self.now(),
+            self._idx,
+            key,
+            str(int(expected_run_at)),
+            str(int(next_run_at)),
+            *args,
         )
         if fired:
             self._signal_wake(request.queue)

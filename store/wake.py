@@ -69,7 +69,9 @@ class WakeHub:
         for waiter in fired:
             waiter.fire()
 
-    def _register(self, queues: Iterable[str], token: int, fire: Callable[[], None]) -> _Waiter | None:
+    def _register(
+        self, queues: Iterable[str], token: int, fire: Callable[[], None]
+    ) -> _Waiter | None:
         """Park a waiter, or return None when a matching wake already happened after ``token``."""
         wanted = frozenset(queues)
         with self._lock:
@@ -151,7 +153,9 @@ class WakeHub:
                 self._subscribed.clear()
                 if self._stop.is_set():
                     break
-                logger.warning("wake subscription on %s lost (%s); retrying in 1 s", self._channel, exc)
+                logger.warning(
+                    "wake subscription on %s lost (%s); retrying in 1 s", self._channel, exc
+                )
                 self._stop.wait(1.0)
             finally:
                 self._close_pubsub()

@@ -40,7 +40,14 @@ from typing import Any
 
 from store.clock import sleep_ms
 from store.errors import InvalidRequestError, JobNotFoundError, JobStoreError, LockLostError
-from store.flow_runtime import Flow, FlowDefinitionError, FlowResults, enqueue_children, relay_outbox, sweep_flows
+from store.flow_runtime import (
+    Flow,
+    FlowDefinitionError,
+    FlowResults,
+    enqueue_children,
+    relay_outbox,
+    sweep_flows,
+)
 from store.jobs import (
     JOBS,
     Job,
@@ -159,6 +166,7 @@ class Worker:
         clock: Any = None,
         registry: StoreRegistry | None = None,
         flow_sweep_interval_ms: int = 30_000,
+        flow_sweeper: bool | None = None,
     ) -> None:
         if on_lock_lost not in ("ignore", "interrupt"):
             raise InvalidRequestError("on_lock_lost must be 'ignore' or 'interrupt'")
@@ -169,7 +177,9 @@ class Worker:
         self.queue_overrides = {q: dict(v) for q, v in (queues or {}).items()}
         self.lock_duration_ms = int(lock_duration_ms)
         self.lock_renew_interval_ms = int(
-            lock_renew_interval_ms if lock_renew_interval_ms is not None else max(1, lock_duration_ms // 2)
+            lock_renew_interval_ms
+            if lock_renew_interval_ms is not None
+            else max(1, lock_duration_ms // 2)
         )
         self.stalled_interval_ms = int(stalled_interval_ms)
         self.max_stalled_count = int(max_stalled_count)
@@ -188,6 +198,7 @@ class Worker:
         if self.registry.find(store.store_key) is None:
             self.registry.register(store)
         self.flow_sweep_interval_ms = int(flow_sweep_interval_ms)
+        self.flow_sweeper = flow_sweeper
         self._relay_pulse: asyncio.Event | None = None
         self._handlers: dict[str, Job] = {}
         self._queues: dict[str, _QueueConfig] = {}
@@ -197,13 +208,22 @@ class Worker:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._io: ThreadPoolExecutor | None = None
         self._sync_pool: ThreadPoolExecutor | None = None
-        self.stats = {"completed": 0, "failed": 0, "retried": 0, "cancelled": 0, "released": 0, "lock-lost": 0}
+        self.stats = {
+            "completed": 0,
+            "failed": 0,
+            "retried": 0,
+            "cancelled": 0,
+            "released": 0,
+            "lock-lost": 0,
+        }
         for definition in jobs or ():
             self.register(definition)
 
     # ------------------------------------------------------------ registration
 
-    def register(self, definition: Job, *, concurrency: int | None = None, queue: str | None = None) -> None:
+    def register(
+        self, definition: Job, *, concurrency: int | None = None, queue: str | None = None
+    ) -> None:
         """Run ``definition``'s handler here (optionally consuming another queue)."""
         if definition.fn is None:
             raise InvalidRequestError(f"job {definition.name!r} has no handler to register")
@@ -220,11 +240,15 @@ class Worker:
         if config.concurrency is None and concurrency is not None:
             config.concurrency = concurrency  # the first registration for a queue decides
 
-    def register_all(self, definitions: Iterable[Job] | None = None, queues: Iterable[str] | None = None) -> int:
+    def register_all(
+        self, definitions: Iterable[Job] | None = None, queues: Iterable[str] | None = None
+    ) -> int:
         """Register every known job of this worker's store (optionally only some queues)."""
         wanted = set(queues) if queues else None
         count = 0
-        for definition in definitions if definitions is not None else JOBS.for_store(self.store.store_key):
+        for definition in (
+            definitions if definitions is not None else JOBS.for_store(self.store.store_key)
+        ):
             if definition.fn is None or (wanted is not None and definition.queue not in wanted):
                 continue
             if definition.name not in self._handlers:
@@ -263,7 +287,10 @@ class Worker:
             "worker %s serving store %s: %s",
             self.worker_id,
             self.store.prefix,
-            ", ".join(f"{q} x{self.queue_concurrency(q)} [{', '.join(sorted(c.names))}]" for q, c in self._queues.items())
+            ", ".join(
+                f"{q} x{self.queue_concurrency(q)} [{', '.join(sorted(c.names))}]"
+                for q, c in self._queues.items()
+            )
             or "no queues",
         )
         takers = [
@@ -271,18 +298,32 @@ class Worker:
             for queue in self._queues
             for n in range(self.queue_concurrency(queue))
         ]
-        loops = [asyncio.create_task(self._every(self.lock_renew_interval_ms, self._heartbeat), name="heartbeat")]
+        loops = [
+            asyncio.create_task(
+                self._every(self.lock_renew_interval_ms, self._heartbeat), name="heartbeat"
+            )
+        ]
         self._relay_pulse = asyncio.Event()
         if self.maintenance:
             loops.append(asyncio.create_task(self._relay_loop(), name="outbox relay"))
-            if any(getattr(d, "flow", None) is not None for d in self._handlers.values()):
+            hosts_flows = any(getattr(d, "flow", None) is not None for d in self._handlers.values())
+            if self.flow_sweeper or (self.flow_sweeper is None and hosts_flows):
                 loops.append(
-                    asyncio.create_task(self._every(self.flow_sweep_interval_ms, self._sweep_flows), name="flows")
+                    asyncio.create_task(
+                        self._every(self.flow_sweep_interval_ms, self._sweep_flows), name="flows"
+                    )
                 )
             loops += [
-                asyncio.create_task(self._every(self.stalled_interval_ms, self._recover_stalled), name="stalled"),
-                asyncio.create_task(self._every(self.schedule_sweep_interval_ms, self._tick_schedules), name="schedules"),
-                asyncio.create_task(self._every(self.history_sweep_interval_ms, self._sweep_history), name="history"),
+                asyncio.create_task(
+                    self._every(self.stalled_interval_ms, self._recover_stalled), name="stalled"
+                ),
+                asyncio.create_task(
+                    self._every(self.schedule_sweep_interval_ms, self._tick_schedules),
+                    name="schedules",
+                ),
+                asyncio.create_task(
+                    self._every(self.history_sweep_interval_ms, self._sweep_history), name="history"
+                ),
             ]
         try:
             if self.burst:
@@ -323,7 +364,9 @@ class Worker:
         assert self._loop is not None and self._io is not None
         return await self._loop.run_in_executor(self._io, lambda: fn(*args, **kwargs))
 
-    async def _store_call(self, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    async def _store_call(
+        self, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any
+    ) -> Any:
         """A store call with the runtime's retry policy for JobStoreError.
 
         200 ms, x1.5 per retry, each delay capped at 30 s, at most 8 retries;
@@ -419,9 +462,15 @@ class Worker:
             await self._store_call("ack", self.store.ack, job.id, token, outcome)
             return True
         except (LockLostError, JobNotFoundError) as exc:
-            logger.warning("ack dropped (%s) for job %s: another worker owns it", type(exc).__name__, job.id)
+            logger.warning(
+                "ack dropped (%s) for job %s: another worker owns it", type(exc).__name__, job.id
+            )
         except JobStoreError as exc:
-            logger.error("ack dropped for job %s after retries (%s); stall recovery will take over", job.id, exc)
+            logger.error(
+                "ack dropped for job %s after retries (%s); stall recovery will take over",
+                job.id,
+                exc,
+            )
         return False
 
     async def _ack_and_claim(
@@ -439,7 +488,9 @@ class Worker:
                 lock_duration_ms=self.lock_duration_ms,
             )
         except (LockLostError, JobNotFoundError) as exc:
-            logger.warning("ack dropped (%s) for job %s: another worker owns it", type(exc).__name__, job.id)
+            logger.warning(
+                "ack dropped (%s) for job %s: another worker owns it", type(exc).__name__, job.id
+            )
             claimed: ClaimResult | None = getattr(exc, "claimed", None)
             return claimed
         except JobStoreError as exc:
@@ -489,13 +540,20 @@ class Worker:
             self._in_flight.pop(job.id, None)
         return await self._decide(definition, job, token, entry, error, value)
 
-    async def _fan_out(self, flow: Flow, job: JobRecord, token: str, specs: list[FlowChildSpec]) -> None:
+    async def _fan_out(
+        self, flow: Flow, job: JobRecord, token: str, specs: list[FlowChildSpec]
+    ) -> None:
         """Ack the FanOut; only if it landed and the parent is parked, enqueue the children."""
         try:
-            await self._store_call("fan-out ack", self.store.ack, job.id, token, FanOut(flow.fail_fast, specs))
+            await self._store_call(
+                "fan-out ack", self.store.ack, job.id, token, FanOut(flow.fail_fast, specs)
+            )
         except (LockLostError, JobNotFoundError) as exc:
-            logger.warning("fan-out of %s dropped (%s): another worker owns it; no children enqueued",
-                           job.id, type(exc).__name__)
+            logger.warning(
+                "fan-out of %s dropped (%s): another worker owns it; no children enqueued",
+                job.id,
+                type(exc).__name__,
+            )
             return None
         parent = await self._io_call(self.store.get_job, job.id)
         if parent is not None and parent.state == "waiting-children":
@@ -503,7 +561,9 @@ class Worker:
         logger.info("job %s (%s) fanned out %d children", job.id, job.name, len(specs))
         return None
 
-    async def _run(self, definition: Job, job: JobRecord, entry: _InFlight) -> tuple[BaseException | None, Any]:
+    async def _run(
+        self, definition: Job, job: JobRecord, entry: _InFlight
+    ) -> tuple[BaseException | None, Any]:
         """Run the handler under its timeout; returns (exception or None, value)."""
         if self._stopping is not None and self._stopping.is_set():
             entry.interrupt("shutdown")
@@ -518,7 +578,9 @@ class Worker:
                 if definition.is_async or self.run_sync_in == "process":
                     await asyncio.wait({entry.task})
                 timer.cancel()
-                return JobTimeoutError(f"job {job.id} ({job.name}) exceeded its timeout of {job.timeout_ms} ms"), None
+                return JobTimeoutError(
+                    f"job {job.id} ({job.name}) exceeded its timeout of {job.timeout_ms} ms"
+                ), None
             timer.cancel()
         try:
             return None, await asyncio.shield(entry.task)
@@ -529,7 +591,9 @@ class Worker:
         except BaseException as exc:  # handler failures of every kind are data here
             return exc, None
 
-    def _target(self, definition: Job, job: JobRecord) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+    def _target(
+        self, definition: Job, job: JobRecord
+    ) -> tuple[Callable[..., Any], tuple[Any, ...]]:
         """What to call for this run: the handler, or a flow's fan-out / collect phase."""
         flow: Flow | None = getattr(definition, "flow", None)
         if flow is None:
@@ -553,10 +617,16 @@ class Worker:
                 reset_current_job(token)
         assert self._loop is not None and self._sync_pool is not None
         if self.run_sync_in == "process":
-            return await self._loop.run_in_executor(self._sync_pool, self._run_in_child, fn, args, entry)
-        return await self._loop.run_in_executor(self._sync_pool, self._run_in_thread, fn, args, entry)
+            return await self._loop.run_in_executor(
+                self._sync_pool, self._run_in_child, fn, args, entry
+            )
+        return await self._loop.run_in_executor(
+            self._sync_pool, self._run_in_thread, fn, args, entry
+        )
 
-    def _run_in_thread(self, fn: Callable[..., Any], args: tuple[Any, ...], entry: _InFlight) -> Any:
+    def _run_in_thread(
+        self, fn: Callable[..., Any], args: tuple[Any, ...], entry: _InFlight
+    ) -> Any:
         token = set_current_job(entry.ctx)
         try:
             for before, _ in self.job_hooks:
@@ -573,7 +643,9 @@ class Worker:
         """Run a sync handler in a forked child that the worker may kill."""
         ctx = multiprocessing.get_context("fork")
         parent_end, child_end = ctx.Pipe(duplex=False)
-        process = ctx.Process(target=_child_main, args=(fn, args, entry.ctx, child_end), daemon=True)
+        process = ctx.Process(
+            target=_child_main, args=(fn, args, entry.ctx, child_end), daemon=True
+        )
         process.start()
         entry.process = process
         child_end.close()
@@ -620,7 +692,9 @@ class Worker:
             try:
                 json.dumps(value, allow_nan=False)
             except (TypeError, ValueError) as exc:
-                failure = InvalidRequestError(f"handler result of {job.name} is not JSON-serialisable: {exc}")
+                failure = InvalidRequestError(
+                    f"handler result of {job.name} is not JSON-serialisable: {exc}"
+                )
                 self.stats["failed"] += 1
                 await self._report(definition, job, entry, failure, will_retry=False)
                 return Fail(encode_failure(failure))
@@ -635,7 +709,9 @@ class Worker:
         else:
             failure = error
             kind = "error"
-        exit_value = error.exit if isinstance(error, _ChildFailure) else encode_failure(failure, kind=kind)
+        exit_value = (
+            error.exit if isinstance(error, _ChildFailure) else encode_failure(failure, kind=kind)
+        )
         unrecoverable = is_unrecoverable(failure) or (
             isinstance(error, _ChildFailure) and error.unrecoverable
         )
@@ -643,7 +719,9 @@ class Worker:
             try:
                 unrecoverable = not definition.retryable(failure)
             except Exception:  # a throwing predicate means "retryable"
-                logger.exception("retryable predicate of %s raised; treating the failure as retryable", job.name)
+                logger.exception(
+                    "retryable predicate of %s raised; treating the failure as retryable", job.name
+                )
         attempt = entry.ctx.attempt
         if unrecoverable or attempt >= job.attempts_max:
             self.stats["failed"] += 1
@@ -656,7 +734,11 @@ class Worker:
 
     def _pulse_relay(self, job: JobRecord, outcome: AckOutcome | None) -> None:
         """A flow child reached a terminal state: deliver its report now, not at the next timer."""
-        if job.parent is not None and self._relay_pulse is not None and not isinstance(outcome, Retry):
+        if (
+            job.parent is not None
+            and self._relay_pulse is not None
+            and not isinstance(outcome, Retry)
+        ):
             self._relay_pulse.set()
 
     async def _release(self, job: JobRecord, token: str) -> None:
@@ -666,7 +748,11 @@ class Worker:
         except (LockLostError, JobNotFoundError) as exc:
             logger.warning("release dropped (%s) for job %s", type(exc).__name__, job.id)
         except JobStoreError as exc:
-            logger.error("release of job %s failed after retries (%s); stall recovery will take over", job.id, exc)
+            logger.error(
+                "release of job %s failed after retries (%s); stall recovery will take over",
+                job.id,
+                exc,
+            )
 
     async def _report(
         self,
@@ -682,14 +768,27 @@ class Worker:
         if will_retry:
             logger.warning(
                 "job %s (%s) failed attempt %d of %d; retrying in %d ms: %s",
-                job.id, job.name, attempt, job.attempts_max, delay, cause,
+                job.id,
+                job.name,
+                attempt,
+                job.attempts_max,
+                delay,
+                cause,
             )
         else:
-            logger.error("job %s (%s) failed terminally (attempt %d of %d): %s",
-                         job.id, job.name, attempt, job.attempts_max, cause)
+            logger.error(
+                "job %s (%s) failed terminally (attempt %d of %d): %s",
+                job.id,
+                job.name,
+                attempt,
+                job.attempts_max,
+                cause,
+            )
         if self.on_job_failure is None:
             return
-        report = FailureReport(job.id, job.name, job.queue, attempt, job.attempts_max, will_retry, cause)
+        report = FailureReport(
+            job.id, job.name, job.queue, attempt, job.attempts_max, will_retry, cause
+        )
         try:
             result = self.on_job_failure(report)
             if isinstance(result, Awaitable):
@@ -708,7 +807,9 @@ class Worker:
             except asyncio.CancelledError:
                 raise
             except Exception:
-                logger.exception("%s pass failed; carrying on", getattr(fn, "__name__", "maintenance"))
+                logger.exception(
+                    "%s pass failed; carrying on", getattr(fn, "__name__", "maintenance")
+                )
 
     async def _heartbeat(self) -> None:
         entries = [e for e in self._in_flight.values() if not e.lost]
@@ -754,10 +855,15 @@ class Worker:
                 e.deadline = now + self.lock_duration_ms
 
     async def _recover_stalled(self) -> None:
-        recovered = await self._store_call("stall recovery", self.store.recover_stalled, self.max_stalled_count)
+        recovered = await self._store_call(
+            "stall recovery", self.store.recover_stalled, self.max_stalled_count
+        )
         if not recovered:
             return
-        logger.warning("recovered stalled jobs: %s", ", ".join(f"{r.id}{' (failed)' if r.failed else ''}" for r in recovered))
+        logger.warning(
+            "recovered stalled jobs: %s",
+            ", ".join(f"{r.id}{' (failed)' if r.failed else ''}" for r in recovered),
+        )
         for row in recovered:
             if not row.failed:
                 continue
@@ -776,8 +882,10 @@ class Worker:
         assert self._relay_pulse is not None
         pulse = self._relay_pulse
         while True:
-            waiters = [asyncio.ensure_future(pulse.wait()),
-                       asyncio.ensure_future(sleep_ms(self.clock, self.flow_sweep_interval_ms))]
+            waiters = [
+                asyncio.ensure_future(pulse.wait()),
+                asyncio.ensure_future(sleep_ms(self.clock, self.flow_sweep_interval_ms)),
+            ]
             try:
                 await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
             finally:
@@ -796,13 +904,19 @@ class Worker:
             sweep_flows, self.store, self.registry, self.flow_sweep_interval_ms
         )
         if reconciled or cascaded:
-            logger.info("flow sweep: %d child(ren) reconciled, %d cancel(s) cascaded", reconciled, cascaded)
+            logger.info(
+                "flow sweep: %d child(ren) reconciled, %d cancel(s) cascaded", reconciled, cascaded
+            )
 
     async def _sweep_history(self) -> None:
         swept = await self._store_call("history sweep", self.store.sweep_state)
         pruned = await self._store_call("dedupe sweep", self.store.sweep_dedupes)
         if swept["deleted"] or pruned:
-            logger.info("history sweep deleted %d job(s); dedupe sweep pruned %d key(s)", swept["deleted"], pruned)
+            logger.info(
+                "history sweep deleted %d job(s); dedupe sweep pruned %d key(s)",
+                swept["deleted"],
+                pruned,
+            )
 
 
 class _ChildFailure(Exception):
@@ -822,9 +936,15 @@ def _child_main(fn: Callable[..., Any], args: tuple[Any, ...], ctx: JobContext, 
         conn.send(("ok", value))
     except BaseException as exc:  # report every failure to the parent
         conn.send(
-            ("error", {"exit": encode_failure(exc), "message": str(exc), "unrecoverable": is_unrecoverable(exc)})
+            (
+                "error",
+                {
+                    "exit": encode_failure(exc),
+                    "message": str(exc),
+                    "unrecoverable": is_unrecoverable(exc),
+                },
+            )
         )
     finally:
         conn.close()
         os._exit(0)
-

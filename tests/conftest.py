@@ -66,7 +66,9 @@ def clock() -> FakeClock:
 
 
 @pytest.fixture
-def make_store(redis_client: Any, prefix: str, clock: FakeClock) -> Iterator[Callable[..., RedisJobStore]]:
+def make_store(
+    redis_client: Any, prefix: str, clock: FakeClock
+) -> Iterator[Callable[..., RedisJobStore]]:
     """Build stores on this test's prefix and fake clock (override any constructor argument)."""
     made: list[RedisJobStore] = []
 

@@ -1,0 +1,1 @@
+"""mqadmin: the Django project and app of the job-queue inspection dashboard."""

@@ -1,0 +1,69 @@
+"""``manage.py runsweepers``: maintenance apart from the workers.
+
+For every configured store (or ``--store``): stalled recovery, schedule
+ticks, history and dedupe sweeps, the outbox relay and the flow sweeper.
+Each is safe to run in many processes at once.  Stops cleanly on
+SIGTERM/SIGINT.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from mqadmin import runtime, services
+
+
+class Command(BaseCommand):
+    help = "Run stall recovery, schedule ticks, sweeps, the outbox relay and the flow sweeper."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--store", action="append", default=[], help="store name (repeatable; default: all)"
+        )
+        parser.add_argument("--stalled-interval-ms", type=int, default=30_000)
+        parser.add_argument("--max-stalled-count", type=int, default=1)
+        parser.add_argument("--schedule-interval-ms", type=int, default=15_000)
+        parser.add_argument("--history-interval-ms", type=int, default=60_000)
+        parser.add_argument("--flow-interval-ms", type=int, default=30_000)
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        from store.errors import StoreFailure
+        from store.worker import Worker
+
+        runtime.install_registry()
+        runtime.discover_jobs()
+        names = options["store"] or list(services.configured_stores())
+        workers = []
+        for name in names:
+            try:
+                job_store = runtime.build_store(name)
+            except StoreFailure as exc:
+                raise CommandError(f"cannot reach the store {name!r}: {exc}") from exc
+            workers.append(
+                Worker(
+                    job_store,
+                    stalled_interval_ms=options["stalled_interval_ms"],
+                    max_stalled_count=options["max_stalled_count"],
+                    schedule_sweep_interval_ms=options["schedule_interval_ms"],
+                    history_sweep_interval_ms=options["history_interval_ms"],
+                    flow_sweep_interval_ms=options["flow_interval_ms"],
+                    flow_sweeper=True,
+                    worker_id=f"sweeper-{name}",
+                )
+            )
+            self.stdout.write(f"sweeping store {name} (prefix {job_store.prefix})")
+        self.stdout.flush()
+        asyncio.run(self._serve(workers))
+        self.stdout.write("sweepers stopped")
+
+    async def _serve(self, workers: list[Any]) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(sig, lambda: [w.request_stop() for w in workers])
+        await asyncio.gather(*(w.serve() for w in workers))

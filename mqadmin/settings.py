@@ -1,0 +1,139 @@
+"""Django settings of the mqadmin dashboard.
+
+Everything deployment-specific comes from the environment (see README.md):
+``DJANGO_SECRET_KEY``, ``DJANGO_DEBUG``, ``DJANGO_ALLOWED_HOSTS``,
+``DJANGO_CSRF_TRUSTED_ORIGINS``, ``DATABASE_URL``, ``MQ_REDIS_URL``, ``MQ_PREFIX``,
+``MQ_STORES``, ``DJANGO_LOG_LEVEL``.  The defaults give a working development set-up
+with no configuration at all: SQLite and a generated secret key under ``var/``, and
+the embedded Redis.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from mqadmin.config import (
+    database_config,
+    env_bool,
+    env_list,
+    load_or_create_secret_key,
+    parse_stores,
+)
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+# Local state of a development checkout: SQLite database, secret key, embedded Redis.
+VAR_DIR = BASE_DIR / "var"
+
+# -- core ------------------------------------------------------------------------------
+
+SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY") or load_or_create_secret_key(
+    VAR_DIR / "secret_key"
+)
+DEBUG = env_bool("DJANGO_DEBUG", default=True)
+ALLOWED_HOSTS = env_list(
+    "DJANGO_ALLOWED_HOSTS", default=["localhost", "127.0.0.1", "[::1]"] if DEBUG else []
+)
+CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS", default=[])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django_htmx",
+    "template_partials",
+    "mqadmin",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "mqadmin.urls"
+WSGI_APPLICATION = "mqadmin.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# -- database --------------------------------------------------------------------------
+
+DATABASES = {
+    "default": database_config(os.environ.get("DATABASE_URL"), VAR_DIR / "db.sqlite3"),
+}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# -- auth ------------------------------------------------------------------------------
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "home"
+LOGOUT_REDIRECT_URL = "login"
+
+# -- i18n, static ----------------------------------------------------------------------
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+# Target of `manage.py collectstatic` for deployments behind a web server.
+STATIC_ROOT = VAR_DIR / "static"
+
+# -- job stores ------------------------------------------------------------------------
+
+# Redis of every store without its own "url"; None means the embedded Redis.
+MQ_REDIS_URL = os.environ.get("MQ_REDIS_URL") or None
+# Key prefix of the default store: its keys live under "{<prefix>}:".
+MQ_PREFIX = os.environ.get("MQ_PREFIX") or "mq"
+# Store name -> {"prefix": ..., "url": ... (optional)}; JSON in the environment.
+MQ_STORES = parse_stores(os.environ.get("MQ_STORES"), default_prefix=MQ_PREFIX)
+# Dotted modules that define jobs, besides every installed app's ``jobs`` module.
+MQ_JOB_MODULES = env_list("MQ_JOB_MODULES", [])
+
+# -- logging ---------------------------------------------------------------------------
+
+LOG_LEVEL = os.environ.get("DJANGO_LOG_LEVEL", "INFO").upper()
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {
+        "line": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+    },
+    "handlers": {
+        "console": {"class": "logging.StreamHandler", "formatter": "line"},
+    },
+    "root": {"handlers": ["console"], "level": LOG_LEVEL},
+    "loggers": {
+        # Django's own request logging goes through the root handler, once.
+        "django": {"level": LOG_LEVEL, "propagate": True},
+    },
+}
