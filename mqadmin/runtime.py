@@ -54,7 +54,7 @@ def install_registry() -> None:
             return
         from store.registry import default_registry
 
-        default_registry.set_factory(build_store)
+        default_registry.set_factory(build_store, keys=lambda: list(services.configured_stores()))
         _installed = True
 
 

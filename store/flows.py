@@ -313,6 +313,30 @@ class FlowOperations:
         for start in range(0, len(ids), BATCH):
             self._command("delete_outbox", "zrem", self.keys.outbox, *ids[start : start + BATCH])
 
+    def outbox_entries_for(
+        self, flow_id: str, scan_budget: int = 5000
+    ) -> tuple[list[OutboxEntry], bool]:
+        """Entries of this store's outbox that report to parent ``flow_id``.
+
+        Reads at most ``scan_budget`` entries (pages of 500); the flag says the
+        scan was cut short before the end of the outbox.
+        """
+        found: list[OutboxEntry] = []
+        scanned = 0
+        after: str | None = None
+        while scanned < scan_budget:
+            page = self.peek_outbox(limit=min(BATCH, scan_budget - scanned), after=after)
+            scanned += len(page)
+            found.extend(e for e in page if e.report.flow_id == flow_id)
+            if len(page) < min(BATCH, scan_budget - scanned + len(page)):
+                return found, False
+            after = page[-1].id
+        return found, bool(self.peek_outbox(limit=1, after=after))
+
+    def oldest_outbox_entry(self) -> OutboxEntry | None:
+        page = self.peek_outbox(limit=1)
+        return page[0] if page else None
+
     def outbox_depth(self) -> int:
         return int(self._command("outbox_depth", "zcard", self.keys.outbox))
 

@@ -39,6 +39,9 @@ class StoreKeys:
         self.flow_gc = f"{tag}:flow:gc"
         self.outbox_unroutable = f"{tag}:outbox:unroutable"
         self.schedules = f"{tag}:schedules"
+        self.qnames = f"{tag}:qnames"
+        self.workers = f"{tag}:workers"
+        self.stats_pruned = f"{tag}:stats:pruned"
 
     def job(self, job_id: str) -> str:
         return f"{self.tag}:job:{job_id}"

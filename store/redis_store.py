@@ -28,6 +28,7 @@ from store.errors import (
 )
 from store.flows import FlowOperations
 from store.indexes import reconcile_indexes
+from store.insights import InsightOperations
 from store.keys import StoreKeys
 from store.listing import DEFAULT_SCAN_BUDGET, parse_cursor, plan_list_query
 from store.records import (
@@ -130,7 +131,7 @@ def redis_errors(operation: str) -> Iterator[None]:
         raise JobStoreError(f"{operation} failed: {exc}", exc) from exc
 
 
-class RedisJobStore(ScheduleOperations, FlowOperations):
+class RedisJobStore(ScheduleOperations, FlowOperations, InsightOperations):
     """The job store on one Redis (standalone, TLS, unix socket or Cluster)."""
 
     def __init__(

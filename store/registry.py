@@ -24,6 +24,7 @@ class StoreRegistry:
     def __init__(self) -> None:
         self._stores: dict[str, RedisJobStore] = {}
         self._factory: StoreFactory | None = None
+        self._factory_keys: Callable[[], list[str]] | None = None
         self._lock = threading.Lock()
 
     def register(self, store: RedisJobStore, key: str | None = None) -> RedisJobStore:
@@ -31,8 +32,19 @@ class StoreRegistry:
             self._stores[key or store.store_key] = store
         return store
 
-    def set_factory(self, factory: StoreFactory | None) -> None:
+    def set_factory(
+        self, factory: StoreFactory | None, keys: Callable[[], list[str]] | None = None
+    ) -> None:
+        """Build stores on first use; ``keys`` lists the store keys the factory can build."""
         self._factory = factory
+        self._factory_keys = keys
+
+    def routable_keys(self) -> list[str]:
+        """Store keys this process can reach (registered, or buildable by the factory)."""
+        keys = set(self._stores)
+        if self._factory_keys is not None:
+            keys.update(self._factory_keys())
+        return sorted(keys)
 
     def get(self, key: str) -> RedisJobStore:
         store = self._stores.get(key)

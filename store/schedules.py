@@ -14,6 +14,7 @@ A skipped spring-forward time fires at the first instant after the gap.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -22,8 +23,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from croniter import croniter
 
 from store import codec
-from store.errors import InvalidRequestError, JobStoreError
-from store.records import EnqueueRequest, ScheduleRecord
+from store.errors import InvalidRequestError, JobNotFoundError, JobStoreError
+from store.records import EnqueueRequest, EnqueueResult, ScheduleRecord
 
 if TYPE_CHECKING:
     from store.keys import StoreKeys
@@ -220,6 +221,7 @@ class ScheduleOperations:
     _command: Callable[..., Any]
     now: Callable[[], int]
     _signal_wake: Callable[[str], None]
+    enqueue: Callable[[EnqueueRequest], EnqueueResult]
 
     def upsert_schedule(self, record: ScheduleRecord) -> ScheduleRecord:
         """Create or replace a schedule; an unchanged cadence keeps the stored next_run_at.
@@ -238,6 +240,16 @@ class ScheduleOperations:
                 "next_run_at": stored,
             }
         )
+
+    def trigger_schedule(self, key: str) -> str:
+        """Enqueue one occurrence of a schedule now (its cadence is untouched); returns the job id."""
+        schedule = self.get_schedule(key)
+        if schedule is None:
+            raise JobNotFoundError(key)
+        now = self.now()
+        request = dataclasses.replace(tick_request(schedule, now), id=f"sched/{key}/manual/{now}")
+        result: EnqueueResult = self.enqueue(request)
+        return result.id
 
     def remove_schedule(self, key: str) -> bool:
         return bool(self._run("remove_schedule", key))

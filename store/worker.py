@@ -78,6 +78,7 @@ from store.scheduler import tick_due_schedules
 logger = logging.getLogger(__name__)
 
 JobHook = Callable[[], None]
+PRESENCE_INTERVAL_MS = 10_000
 
 
 @dataclass(frozen=True)
@@ -854,6 +855,26 @@ class Worker:
             else:
                 e.deadline = now + self.lock_duration_ms
 
+    async def _presence(self) -> None:
+        """Announce this worker (queues, routable store keys) every 10 s so dashboards see it."""
+        started = self.clock()
+        try:
+            while True:
+                try:
+                    await self._io_call(
+                        self.store.register_worker,
+                        self.worker_id,
+                        queues=self.queues,
+                        routes=self.registry.routable_keys(),
+                        started_at=started,
+                    )
+                except Exception:
+                    logger.debug("announcing worker presence failed", exc_info=True)
+                await sleep_ms(self.clock, PRESENCE_INTERVAL_MS)
+        finally:
+            with contextlib.suppress(Exception):
+                self.store.unregister_worker(self.worker_id)
+
     async def _recover_stalled(self) -> None:
         recovered = await self._store_call(
             "stall recovery", self.store.recover_stalled, self.max_stalled_count
@@ -909,6 +930,7 @@ class Worker:
             )
 
     async def _sweep_history(self) -> None:
+        await self._io_call(self.store.prune_stats)
         swept = await self._store_call("history sweep", self.store.sweep_state)
         pruned = await self._store_call("dedupe sweep", self.store.sweep_dedupes)
         if swept["deleted"] or pruned:

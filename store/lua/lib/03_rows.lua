@@ -93,5 +93,7 @@ local function insert_job(id, r, dedupe_key, now, idx, seq)
     redis.call('ZADD', k_delayed(r.queue), run_at, id)
   end
   counts_add(r.queue, state, 1)
+  -- Which job names each queue has seen (the dashboard's filters, oldest-waiting lookups).
+  redis.call('SADD', K_QNAMES, r.queue .. NUL .. r.name)
   return state
 end

@@ -1,0 +1,169 @@
+"""Read models for operators: throughput per minute, known queues and job names,
+the oldest waiting job of a queue, and the worker processes serving a store.
+
+Every call is bounded: per-minute counters are read by their exact fields,
+names come from a small set written at insert, and the oldest waiting job is
+found among the heads of the queue's per-name waiting sets.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from store import codec
+from store.errors import JobStoreError
+from store.records import JobRecord
+
+if TYPE_CHECKING:
+    from store.keys import StoreKeys
+
+MINUTE_MS = 60_000
+#: How long per-minute counters are kept.
+STATS_RETENTION_MS = 48 * 3_600_000
+#: At most this many minute fields are deleted per call when pruning.
+STATS_PRUNE_BATCH = 500
+THROUGHPUT_STATES = ("completed", "failed", "cancelled")
+
+
+@dataclass(frozen=True)
+class WorkerInfo:
+    """A worker process as it last announced itself to the store."""
+
+    worker_id: str
+    host: str
+    pid: int
+    queues: dict[str, list[str]]
+    routes: list[str]
+    started_at: int
+    last_seen: int
+
+
+class InsightOperations:
+    """Operator read models of ``RedisJobStore`` (mixed into the store class)."""
+
+    # Provided by RedisJobStore.
+    keys: StoreKeys
+    client: Any
+    _command: Callable[..., Any]
+    now: Callable[[], int]
+    get_job: Callable[[str], JobRecord | None]
+
+    def throughput(self, minutes: int = 180) -> dict[str, list[tuple[int, int]]]:
+        """Jobs finished per minute per terminal state for the last ``minutes`` minutes (oldest first)."""
+        minutes = max(1, min(int(minutes), STATS_RETENTION_MS // MINUTE_MS))
+        current = self.now() // MINUTE_MS
+        fields = [str(m) for m in range(current - minutes + 1, current + 1)]
+        out: dict[str, list[tuple[int, int]]] = {}
+        for state in THROUGHPUT_STATES:
+            values = self._command("throughput", "hmget", self.keys.stats(state), fields)
+            out[state] = [
+                (int(f) * MINUTE_MS, int(v or 0)) for f, v in zip(fields, values, strict=True)
+            ]
+        return out
+
+    def prune_stats(self) -> int:
+        """Drop per-minute counters older than the retention window (bounded per call)."""
+        cutoff = (self.now() - STATS_RETENTION_MS) // MINUTE_MS
+        marker = self._command("prune_stats", "get", self.keys.stats_pruned)
+        start = int(marker) if marker else cutoff - 3 * 24 * 60
+        if start >= cutoff:
+            return 0
+        end = min(cutoff, start + STATS_PRUNE_BATCH)
+        fields = [str(m) for m in range(start, end)]
+        deleted = 0
+        for state in THROUGHPUT_STATES:
+            deleted += int(self._command("prune_stats", "hdel", self.keys.stats(state), *fields))
+        self._command("prune_stats", "set", self.keys.stats_pruned, str(end))
+        return deleted
+
+    def _queue_names(self) -> list[tuple[str, str]]:
+        members = self._command("queue names", "smembers", self.keys.qnames)
+        pairs = []
+        for member in members:
+            queue, _, name = member.partition("\0")
+            pairs.append((queue, name))
+        return sorted(pairs)
+
+    def queue_names(self) -> list[str]:
+        """Every queue that ever held a job."""
+        queues = {q for q, _ in self._queue_names()}
+        queues.update(
+            f.rsplit("|", 1)[0] for f in self._command("queue names", "hkeys", self.keys.counts)
+        )
+        return sorted(queues)
+
+    def job_names(self, queue: str | None = None) -> list[str]:
+        """Job names seen in this store (optionally in one queue)."""
+        return sorted({n for q, n in self._queue_names() if queue is None or q == queue})
+
+    def oldest_waiting(self, queue: str) -> JobRecord | None:
+        """The waiting job of ``queue`` that has been runnable longest (by run_at)."""
+        heads = []
+        pipe = self.client.pipeline(transaction=False)
+        names = self.job_names(queue)
+        for name in names:
+            pipe.zrange(self.keys.waiting(queue, name), 0, 0)
+        try:
+            for member_list in pipe.execute() if names else []:
+                if member_list:
+                    heads.append(member_list[0][16:])
+        except Exception as exc:
+            raise JobStoreError(f"oldest_waiting failed: {exc}", exc) from exc
+        records = [r for r in (self.get_job(job_id) for job_id in heads) if r is not None]
+        return min(records, key=lambda r: (r.run_at, r.enqueued_at), default=None)
+
+    # -------------------------------------------------------- worker presence
+
+    def register_worker(
+        self,
+        worker_id: str,
+        *,
+        queues: Mapping[str, list[str]],
+        routes: list[str],
+        started_at: int,
+    ) -> None:
+        """Announce (or refresh) a worker process; stale entries are pruned by readers."""
+        doc = {
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "queues": dict(queues),
+            "routes": sorted(routes),
+            "started_at": started_at,
+            "last_seen": self.now(),
+        }
+        self._command("register_worker", "hset", self.keys.workers, worker_id, codec.dumps(doc))
+
+    def unregister_worker(self, worker_id: str) -> None:
+        self._command("unregister_worker", "hdel", self.keys.workers, worker_id)
+
+    def live_workers(self, max_age_ms: int = 60_000) -> list[WorkerInfo]:
+        """Workers seen within ``max_age_ms``; older entries are removed."""
+        raw = self._command("live_workers", "hgetall", self.keys.workers)
+        now = self.now()
+        live: list[WorkerInfo] = []
+        stale: list[str] = []
+        for worker_id, text in raw.items():
+            doc = json.loads(text)
+            if now - int(doc.get("last_seen", 0)) > max_age_ms:
+                stale.append(worker_id)
+                continue
+            live.append(
+                WorkerInfo(
+                    worker_id=worker_id,
+                    host=str(doc.get("host", "")),
+                    pid=int(doc.get("pid", 0)),
+                    queues={q: list(n) for q, n in doc.get("queues", {}).items()},
+                    routes=list(doc.get("routes", [])),
+                    started_at=int(doc.get("started_at", 0)),
+                    last_seen=int(doc.get("last_seen", 0)),
+                )
+            )
+        if stale:
+            # Workers killed without a goodbye age out here.
+            self._command("live_workers", "hdel", self.keys.workers, *stale[:500])
+        return sorted(live, key=lambda w: w.worker_id)
