@@ -243,11 +243,12 @@ def _parse_marker(raw: str | None) -> int | None:
 
 @contextlib.contextmanager
 def _errors(operation: str) -> Iterator[None]:
-    """Like ``redis_errors``, also for the cluster client's own exception family."""
+    """Like ``redis_errors``, also for the cluster client's exceptions and undecodable keys."""
     try:
         with redis_errors(operation):
             yield
-    except RedisClusterException as exc:
+    except (RedisClusterException, UnicodeError) as exc:
+        # UnicodeError: a key name that is not UTF-8 (written by a foreign client).
         raise JobStoreError(f"{operation} failed: {exc}", exc) from exc
 
 

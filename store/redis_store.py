@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from redis.exceptions import RedisError
@@ -25,6 +26,7 @@ from store.errors import (
     JobNotRetryableError,
     JobStoreError,
     LockLostError,
+    StoreFailure,
 )
 from store.flows import FlowOperations
 from store.indexes import reconcile_indexes
@@ -118,6 +120,16 @@ def normalize_indexes(value: Any) -> dict[str, bool]:
     )
 
 
+@dataclass(frozen=True)
+class ClaimBatch:
+    """What ``ack_and_claim_many`` returns: the claimed (job, token) pairs, an Empty
+    when the queue ran dry before the batch filled, and each ack's error (or None)."""
+
+    jobs: list[tuple[JobRecord, str]]
+    empty: Empty | None
+    ack_errors: list[StoreFailure | None]
+
+
 def _score_int(score: str) -> int:
     return int(float(score))
 
@@ -170,8 +182,12 @@ class RedisJobStore(ScheduleOperations, FlowOperations, InsightOperations):
         return f"RedisJobStore(prefix={self.prefix!r}, store_key={self.store_key!r})"
 
     def close(self) -> None:
-        """Stop the wake subscriber.  The Redis client belongs to the caller."""
+        """Stop the wake subscriber and drop this store's own connections.
+
+        The Redis client (and its pool) belongs to the caller.
+        """
         self._wake.close()
+        self._scripts.close()
 
     def now(self) -> int:
         return int(self._clock())
@@ -420,6 +436,55 @@ class RedisJobStore(ScheduleOperations, FlowOperations, InsightOperations):
             exc.claimed = claimed  # type: ignore[attr-defined]
             raise
         return claimed
+
+    def ack_and_claim_many(
+        self,
+        acks: Sequence[tuple[str, str, AckOutcome]],
+        *,
+        queue: str,
+        names: Iterable[str],
+        tokens: Sequence[str],
+        lock_duration_ms: int = 30_000,
+    ) -> ClaimBatch:
+        """Ack a batch of held runs and claim up to ``len(tokens)`` jobs, in one round trip.
+
+        Ack failures do not raise: each ack's result is reported positionally
+        (None when it landed, else the LockLostError / JobNotFoundError).
+        """
+        self._wake.ensure_subscribed()
+        wake_token = self._wake.version
+        args: list[Any] = [self.now(), int(lock_duration_ms), queue, len(acks)]
+        for job_id, token, outcome in acks:
+            if isinstance(outcome, FanOut):
+                raise InvalidRequestError("ack_and_claim_many takes no FanOut outcomes")
+            args.extend((job_id, token, *self._ack_args(outcome)))
+        args.append(len(tokens))
+        args.extend(tokens)
+        args.extend(names)
+        reply = self._run("ack_claim_many", *args)
+        ack_reply, claimed, next_run_at = reply
+        errors: list[StoreFailure | None] = []
+        for k, (job_id, _token, outcome) in enumerate(acks):
+            code, ack_queue = ack_reply[2 * k], ack_reply[2 * k + 1]
+            if code == "notfound":
+                errors.append(JobNotFoundError(job_id))
+            elif code == "locklost":
+                errors.append(LockLostError(job_id))
+            else:
+                errors.append(None)
+                if isinstance(outcome, Retry):
+                    self._wake.signal(ack_queue)
+        jobs = [
+            (
+                codec.record_from_hash(claimed[k], codec.pairs_to_dict(claimed[k + 1])),
+                tokens[k // 2],
+            )
+            for k in range(0, len(claimed), 2)
+        ]
+        empty = None
+        if len(jobs) < len(tokens):
+            empty = Empty(int(float(next_run_at)) if next_run_at != "" else None, wake_token)
+        return ClaimBatch(jobs, empty, errors)
 
     @staticmethod
     def _claim_result(reply: list[Any], wake_token: int) -> ClaimResult:

@@ -1,16 +1,30 @@
 """The Lua script registry.
 
 Each atomic operation is one file in ``store/lua/``; the shared helpers in
-``store/lua/lib/`` are stitched in front of every script body, in file-name
-order.  Texts are read once per process; each client gets one registered
-script object per operation (EVALSHA, with a reload on NOSCRIPT).
+``store/lua/lib/`` are stitched in front of it, in file-name order.  On a
+standalone Redis 7+ the whole set is loaded once as a Redis Function library
+(helpers are then built once per server, not on every call); on Redis 6.2 and
+on Redis Cluster each operation runs as a script via EVALSHA (reloaded on
+NOSCRIPT).  Either way a call passes the store's hash tag as its only key.
+
+Calls go over a per-thread connection of the client's pool settings, which
+avoids the pool checkout and health probes redis-py performs per command;
+Cluster clients use redis-py's own routing.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
+import threading
+import weakref
 from pathlib import Path
 from typing import Any
+
+import redis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 LUA_DIR = Path(__file__).with_name("lua")
 
@@ -23,24 +37,124 @@ def _preamble() -> str:
     return "\n".join(parts)
 
 
-@functools.cache
-def script_text(name: str) -> str:
-    """The full text sent to Redis for operation ``name``: helpers, then the body."""
-    body = (LUA_DIR / f"{name}.lua").read_text(encoding="utf-8")
-    return f"{_preamble()}\n-- >>> {name}.lua\n{body}"
-
-
 def script_names() -> list[str]:
     return sorted(p.stem for p in LUA_DIR.glob("*.lua"))
 
 
+@functools.cache
+def _body(name: str) -> str:
+    return (LUA_DIR / f"{name}.lua").read_text(encoding="utf-8")
+
+
+@functools.cache
+def script_text(name: str) -> str:
+    """The text EVAL runs for operation ``name``: helpers, per-call set-up, the body."""
+    return f"{_preamble()}\nbegin_call(KEYS[1])\n-- >>> {name}.lua\n{_body(name)}"
+
+
+@functools.cache
+def library() -> tuple[str, str]:
+    """(library name, code) of the Redis Function library holding every operation."""
+    bodies = "\n".join(f"S[{name!r}] = function()\n{_body(name)}\nend" for name in script_names())
+    core = f"local KEYS, ARGV\n{_preamble()}\nlocal S = {{}}\n{bodies}\n"
+    lib = "mq_" + hashlib.sha1(core.encode()).hexdigest()[:16]
+    # Registrations are spelled out: the load step may not call most globals.
+    registrations = "".join(
+        f"redis.register_function('{lib}_{name}', function(keys, args)\n"
+        "  KEYS, ARGV = keys, args\n"
+        "  begin_call(keys[1])\n"
+        f"  return S[{name!r}]()\n"
+        "end)\n"
+        for name in script_names()
+    )
+    return lib, f"#!lua name={lib}\n{core}{registrations}"
+
+
+def _server_major(client: Any) -> int:
+    try:
+        version = str(client.info("server").get("redis_version", "0"))
+        return int(version.split(".")[0])
+    except (redis.RedisError, ValueError):
+        return 0
+
+
 class ScriptRegistry:
-    """Registered scripts of one client, called with the store's hash tag as KEYS[1]."""
+    """Runs the store's operations on one client, passing the hash tag as KEYS[1]."""
 
     def __init__(self, client: Any, tag: str) -> None:
         self._client = client
+        self._tag = tag
         self._keys = [tag]
-        self._scripts = {name: client.register_script(script_text(name)) for name in script_names()}
+        self._direct = isinstance(client, redis.Redis)
+        self._local = threading.local()
+        # Weak: a connection dies with its thread's local storage (short-lived
+        # request threads must not pin sockets); close() disconnects the rest.
+        self._connections: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._lock = threading.Lock()
+        self._functions = self._direct and _server_major(client) >= 7
+        if self._functions:
+            self._lib, self._lib_code = library()
+            self._load_library()
+        else:
+            self._shas = {
+                name: hashlib.sha1(script_text(name).encode()).hexdigest()
+                for name in script_names()
+            }
+            self._scripts = {
+                name: client.register_script(script_text(name)) for name in script_names()
+            }
+
+    @property
+    def mode(self) -> str:
+        return "functions" if self._functions else "scripts"
+
+    def _load_library(self) -> None:
+        try:
+            self._client.function_load(self._lib_code)
+        except ResponseError as exc:
+            if "already exists" not in str(exc):
+                raise
+
+    def _connection(self) -> Any:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            # Built from the pool's settings but outside it: the pool's own
+            # connections (and its max_connections budget) stay for other commands.
+            pool = self._client.connection_pool
+            conn = pool.connection_class(**pool.connection_kwargs)
+            self._local.conn = conn
+            with self._lock:
+                self._connections.add(conn)
+        return conn
 
     def __call__(self, name: str, *args: Any) -> Any:
-        return self._scripts[name](keys=self._keys, args=args)
+        if not self._direct:
+            return self._scripts[name](keys=self._keys, args=args)
+        if self._functions:
+            command: tuple[Any, ...] = ("FCALL", f"{self._lib}_{name}", 1, self._tag, *args)
+        else:
+            command = ("EVALSHA", self._shas[name], 1, self._tag, *args)
+        conn = self._connection()
+        for attempt in range(3):
+            try:
+                conn.send_command(*command)
+                return conn.read_response()
+            except NoScriptError:
+                conn.send_command("SCRIPT", "LOAD", script_text(name))
+                conn.read_response()
+            except ResponseError as exc:
+                if "Function not found" not in str(exc) or attempt == 2:
+                    raise
+                self._load_library()  # someone ran FUNCTION FLUSH
+            except (RedisConnectionError, RedisTimeoutError, OSError):
+                conn.disconnect()
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
+
+    def close(self) -> None:
+        with self._lock:
+            connections = list(self._connections)
+            self._connections = weakref.WeakSet()
+        for conn in connections:
+            conn.disconnect()

@@ -61,8 +61,6 @@ from store.jobs import (
 from store.records import (
     AckOutcome,
     Cancelled,
-    Claimed,
-    ClaimResult,
     Complete,
     Empty,
     Fail,
@@ -71,7 +69,7 @@ from store.records import (
     JobRecord,
     Retry,
 )
-from store.redis_store import RedisJobStore
+from store.redis_store import ClaimBatch, RedisJobStore
 from store.registry import StoreRegistry, default_registry
 from store.scheduler import tick_due_schedules
 
@@ -117,6 +115,16 @@ class _InFlight:
             self.process.kill()
         elif self.task is not None and not self.task.done():
             self.task.cancel()
+
+
+@dataclass
+class _Held:
+    """A claimed job waiting its turn in a taker's prefetched batch (heartbeated too)."""
+
+    job: JobRecord
+    token: str
+    lost: bool = False
+    cancelled: bool = False
 
 
 class JobTimeoutError(Exception):
@@ -168,6 +176,7 @@ class Worker:
         registry: StoreRegistry | None = None,
         flow_sweep_interval_ms: int = 30_000,
         flow_sweeper: bool | None = None,
+        prefetch: int = 1,
     ) -> None:
         if on_lock_lost not in ("ignore", "interrupt"):
             raise InvalidRequestError("on_lock_lost must be 'ignore' or 'interrupt'")
@@ -200,6 +209,8 @@ class Worker:
             self.registry.register(store)
         self.flow_sweep_interval_ms = int(flow_sweep_interval_ms)
         self.flow_sweeper = flow_sweeper
+        self.prefetch = max(1, int(prefetch))
+        self._held: dict[str, _Held] = {}
         self._relay_pulse: asyncio.Event | None = None
         self._handlers: dict[str, Job] = {}
         self._queues: dict[str, _QueueConfig] = {}
@@ -391,48 +402,87 @@ class Worker:
     # ------------------------------------------------------------ takers
 
     async def _taker(self, queue: str) -> None:
+        """Claim -> run -> ack, with the acks of a batch and the next claim in one call."""
         assert self._stopping is not None
-        result: ClaimResult | None = None
-        token = ""
+        held: list[tuple[JobRecord, str]] = []
+        acks: list[tuple[JobRecord, str, AckOutcome]] = []
         while not self._stopping.is_set():
             try:
-                if result is None:
-                    token = self._mint()
-                    result = await self._store_call(
-                        "claim",
-                        self.store.claim,
-                        queue=queue,
-                        names=sorted(self._queues[queue].names),
-                        token=token,
-                        lock_duration_ms=self.lock_duration_ms,
-                    )
-                if isinstance(result, Empty):
-                    if self.burst and not self._due_soon(result):
-                        return
-                    await self._idle(queue, result)
-                    result = None
+                if not held:
+                    batch = await self._flush_and_claim(queue, acks, self.prefetch)
+                    acks = []
+                    if batch is None:
+                        await sleep_ms(self.clock, min(self.poll_interval_ms, 1000))
+                        continue
+                    held = list(batch.jobs)
+                    for job, token in held:
+                        self._held[job.id] = _Held(job, token)
+                    if not held:
+                        assert batch.empty is not None
+                        if self.burst and not self._due_soon(batch.empty):
+                            return
+                        await self._idle(queue, batch.empty)
+                        continue
+                job, token = held.pop(0)
+                state = self._held.pop(job.id, None)
+                if state is not None and state.lost:
+                    logger.warning("prefetched job %s lost its lock before it ran; skipped", job.id)
                     continue
-                assert isinstance(result, Claimed)
-                job, held = result.job, token
-                result = None
-                outcome = await self._process(job, held)
-                if outcome is None:
+                if state is not None and state.cancelled:
+                    self.stats["cancelled"] += 1
+                    acks.append((job, token, Cancelled()))
                     continue
-                if self._stopping.is_set():
-                    await self._ack(job, held, outcome)
-                    self._pulse_relay(job, outcome)
-                    continue
-                token = self._mint()
-                result = await self._ack_and_claim(job, held, outcome, queue, token)
-                self._pulse_relay(job, outcome)
+                outcome = await self._process(job, token)
+                if outcome is not None:
+                    acks.append((job, token, outcome))
             except asyncio.CancelledError:
                 raise
             except Exception:
                 if self._io is None or self._io._shutdown:
                     return
                 logger.exception("taker for queue %s: unexpected error; carrying on", queue)
-                result = None
                 await sleep_ms(self.clock, min(self.poll_interval_ms, 1000))
+        # Stopping: deliver the outcomes we have, hand back what never ran.
+        if acks:
+            await self._flush_and_claim(queue, acks, 0)
+        for job, token in held:
+            self._held.pop(job.id, None)
+            await self._release(job, token)
+
+    async def _flush_and_claim(
+        self, queue: str, acks: list[tuple[JobRecord, str, AckOutcome]], want: int
+    ) -> ClaimBatch | None:
+        """Ack ``acks`` and claim up to ``want`` jobs in one round trip (store retries apply)."""
+        try:
+            batch: ClaimBatch = await self._store_call(
+                "ack+claim",
+                self.store.ack_and_claim_many,
+                [(job.id, token, outcome) for job, token, outcome in acks],
+                queue=queue,
+                names=sorted(self._queues[queue].names),
+                tokens=[self._mint() for _ in range(want)],
+                lock_duration_ms=self.lock_duration_ms,
+            )
+        except JobStoreError as exc:
+            if acks:
+                logger.error(
+                    "acks of %d job(s) dropped after retries (%s); stall recovery will take over",
+                    len(acks),
+                    exc,
+                )
+            else:
+                logger.error("claim on queue %s failed after retries: %s", queue, exc)
+            return None
+        for (job, _token, outcome), error in zip(acks, batch.ack_errors, strict=True):
+            if error is not None:
+                logger.warning(
+                    "ack dropped (%s) for job %s: another worker owns it",
+                    type(error).__name__,
+                    job.id,
+                )
+            else:
+                self._pulse_relay(job, outcome)
+        return batch
 
     def _due_soon(self, empty: Empty) -> bool:
         return empty.next_run_at is not None and empty.next_run_at <= self.clock()
@@ -473,33 +523,6 @@ class Worker:
                 exc,
             )
         return False
-
-    async def _ack_and_claim(
-        self, job: JobRecord, token: str, outcome: AckOutcome, queue: str, next_token: str
-    ) -> ClaimResult | None:
-        try:
-            return await self._io_call(
-                self.store.ack_and_claim,
-                job.id,
-                token,
-                outcome,
-                queue=queue,
-                names=sorted(self._queues[queue].names),
-                next_token=next_token,
-                lock_duration_ms=self.lock_duration_ms,
-            )
-        except (LockLostError, JobNotFoundError) as exc:
-            logger.warning(
-                "ack dropped (%s) for job %s: another worker owns it", type(exc).__name__, job.id
-            )
-            claimed: ClaimResult | None = getattr(exc, "claimed", None)
-            return claimed
-        except JobStoreError as exc:
-            # The combined call may or may not have landed: fall back to the
-            # plain ack with retries; a job it claimed unseen is recovered as stalled.
-            logger.warning("ack+claim for job %s failed (%s); retrying the ack alone", job.id, exc)
-            await self._ack(job, token, outcome)
-            return None
 
     # ------------------------------------------------------------ one job
 
@@ -814,14 +837,15 @@ class Worker:
 
     async def _heartbeat(self) -> None:
         entries = [e for e in self._in_flight.values() if not e.lost]
-        if not entries:
+        held = [h for h in self._held.values() if not h.lost]
+        if not entries and not held:
             return
         now = self.clock()
         try:
             result = await self._store_call(
                 "lock renewal",
                 self.store.extend_locks,
-                [(e.job.id, e.token) for e in entries],
+                [(e.job.id, e.token) for e in entries] + [(h.job.id, h.token) for h in held],
                 self.lock_duration_ms,
             )
         except JobStoreError as exc:
@@ -839,6 +863,11 @@ class Worker:
                         e.interrupt("lock-lost")
             return
         lost, cancel = set(result.lost), set(result.cancel_requested)
+        for h in held:
+            if h.job.id in lost:
+                h.lost = True
+            elif h.job.id in cancel:
+                h.cancelled = True
         for e in entries:
             if e.job.id in lost:
                 if self._in_flight.get(e.job.id) is not e:

@@ -1,28 +1,35 @@
--- Key builders.  Every key of one store lives under the hash tag passed in KEYS[1]
--- (the string "{<prefix>}"), so a store occupies a single Redis Cluster slot.
--- Two user strings inside one key or member are joined with NUL, because ids,
--- names, queues and dedupe keys may all contain ":".  Mirrors store/keys.py.
-local B = KEYS[1]
+-- Key builders.  Every key of one store lives under the hash tag bound per
+-- call (the string "{<prefix>}", KEYS[1]), so a store occupies a single Redis
+-- Cluster slot.  Two user strings inside one key or member are joined with
+-- NUL, because ids, names, queues and dedupe keys may all contain ":".
+-- Mirrors store/keys.py.  bind() runs at the start of every call: the same
+-- library serves any number of stores (and, loaded as a Redis Function
+-- library, lives across calls).
 local NUL = '\0'
+local B
+local K_SEQ, K_ALL, K_ACTIVE, K_COUNTS, K_PAUSED, K_DEDUPE_WINDOWS, K_DEDUPE_PENDING, K_KEEPAGE, K_WAKE, K_OUTBOX, K_OUTBOX_SEQ, K_FLOW_OWES, K_STATS, K_SCHEDULES, K_QNAMES, K_FLOW_PENDING, K_FLOW_CASCADE, K_FLOW_GC
 
-local K_SEQ = B .. ':seq'
-local K_ALL = B .. ':all'
-local K_ACTIVE = B .. ':active'
-local K_COUNTS = B .. ':counts'
-local K_PAUSED = B .. ':paused'
-local K_DEDUPE_WINDOWS = B .. ':dedupes:window'
-local K_DEDUPE_PENDING = B .. ':dedupes:pending'
-local K_KEEPAGE = B .. ':keepage'
-local K_WAKE = B .. ':wake'
-local K_OUTBOX = B .. ':outbox'
-local K_OUTBOX_SEQ = B .. ':outbox:seq'
-local K_FLOW_OWES = B .. ':flow:owes'
-local K_STATS = B .. ':stats:'
-local K_SCHEDULES = B .. ':schedules'
-local K_QNAMES = B .. ':qnames'
-local K_FLOW_PENDING = B .. ':flow:pending'
-local K_FLOW_CASCADE = B .. ':flow:cascade'
-local K_FLOW_GC = B .. ':flow:gc'
+local function bind(tag)
+  B = tag
+  K_SEQ = B .. ':seq'
+  K_ALL = B .. ':all'
+  K_ACTIVE = B .. ':active'
+  K_COUNTS = B .. ':counts'
+  K_PAUSED = B .. ':paused'
+  K_DEDUPE_WINDOWS = B .. ':dedupes:window'
+  K_DEDUPE_PENDING = B .. ':dedupes:pending'
+  K_KEEPAGE = B .. ':keepage'
+  K_WAKE = B .. ':wake'
+  K_OUTBOX = B .. ':outbox'
+  K_OUTBOX_SEQ = B .. ':outbox:seq'
+  K_FLOW_OWES = B .. ':flow:owes'
+  K_STATS = B .. ':stats:'
+  K_SCHEDULES = B .. ':schedules'
+  K_QNAMES = B .. ':qnames'
+  K_FLOW_PENDING = B .. ':flow:pending'
+  K_FLOW_CASCADE = B .. ':flow:cascade'
+  K_FLOW_GC = B .. ':flow:gc'
+end
 
 local function k_job(id) return B .. ':job:' .. id end
 local function k_attempts(id) return B .. ':attempts:' .. id end
