@@ -76,12 +76,24 @@ def _number_str(value: Any, field: str) -> str:
     return repr(value)
 
 
+def check_text(value: str, field: str) -> str:
+    """Refuse strings Redis cannot store as UTF-8 (lone surrogates)."""
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidRequestError(
+                f"{field} is not valid Unicode (it holds a lone surrogate)"
+            ) from None
+    return value
+
+
 def _name(value: Any, field: str) -> str:
     if not isinstance(value, str) or value == "":
         raise InvalidRequestError(f"{field} must be a non-empty string, got {value!r}")
     if "\0" in value:
         raise InvalidRequestError(f"{field} must not contain NUL characters")
-    return value
+    return check_text(value, field)
 
 
 def validate_metadata(metadata: Any) -> Mapping[str, str]:
@@ -94,6 +106,8 @@ def validate_metadata(metadata: Any) -> Mapping[str, str]:
             raise InvalidRequestError(
                 f"metadata keys and values must be strings, got {key!r}: {value!r}"
             )
+        check_text(key, "metadata key")
+        check_text(value, "metadata value")
     return metadata
 
 
@@ -165,6 +179,7 @@ def encode_dedupe(req: EnqueueRequest) -> list[str]:
         raise InvalidRequestError("dedupe key must be a non-empty string")
     if "\0" in d.key:
         raise InvalidRequestError("dedupe key must not contain NUL characters")
+    check_text(d.key, "dedupe key")
     ttl = ""
     if d.ttl_ms is not None:
         ttl = _int_str(d.ttl_ms, "dedupe.ttl_ms")

@@ -21,7 +21,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from store.codec import validate_metadata
+from store.codec import check_text, validate_metadata
 from store.errors import (
     InvalidCursorError,
     InvalidRequestError,
@@ -59,6 +59,7 @@ def parse_cursor(cursor: str | None) -> tuple[str, str] | None:
         return None
     if not isinstance(cursor, str):
         raise InvalidCursorError(f"cursor must be a string, got {type(cursor).__name__}")
+    check_text(cursor, "cursor")
     match = _CURSOR.match(cursor)
     if not match:
         raise InvalidCursorError(
@@ -99,6 +100,8 @@ def plan_list_query(
     for label, value in (("queue", queue), ("name", name)):
         if value is not None and (not isinstance(value, str) or value == ""):
             raise InvalidRequestError(f"{label} filter must be a non-empty string, got {value!r}")
+        if value is not None:
+            check_text(value, f"{label} filter")
 
     if order_by == "finished_at":
         if state_list is None or any(s not in TERMINAL_STATES for s in state_list):

@@ -141,6 +141,11 @@ def redis_errors(operation: str) -> Iterator[None]:
         yield
     except RedisError as exc:
         raise JobStoreError(f"{operation} failed: {exc}", exc) from exc
+    except UnicodeDecodeError as exc:
+        # Data written by a foreign client that is not UTF-8: refuse it clearly.
+        raise JobStoreError(
+            f"{operation} failed: Redis returned data that is not UTF-8 ({exc})", exc
+        ) from exc
 
 
 class RedisJobStore(ScheduleOperations, FlowOperations, InsightOperations):
@@ -629,7 +634,8 @@ class RedisJobStore(ScheduleOperations, FlowOperations, InsightOperations):
         args: list[Any] = [
             plan.order,
             limit,
-            max(1, int(scan_budget)),
+            # The budget cuts residual scans; it never shrinks a page the caller asked for.
+            max(int(scan_budget), limit + 1),
             "1" if position else "0",
             position[0] if position else "",
             position[1] if position else "",

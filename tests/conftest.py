@@ -9,6 +9,7 @@ Nothing outside a test's own prefix is ever deleted.
 from __future__ import annotations
 
 import os
+import re
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -42,7 +43,7 @@ def redis_client(redis_url: str) -> Iterator[Any]:
 
 def delete_prefix(client: Any, prefix: str) -> None:
     """Delete every key of one store prefix (hash-tagged), in SCAN pages."""
-    pattern = "{" + prefix + "}*"
+    pattern = "{" + re.sub(r"([*?\[\]\\])", r"\\\1", prefix) + "}*"
     batch: list[str] = []
     for key in client.scan_iter(match=pattern, count=500):
         batch.append(key)

@@ -16,6 +16,7 @@ import pytest
 from store import (
     Complete,
     DedupePolicy,
+    EnqueueRequest,
     InvalidRequestError,
     JobStoreError,
     StoreDefect,
@@ -160,3 +161,41 @@ def test_bad_item_after_dedupe_items_refuses_the_whole_batch(store, snapshot):
         store.enqueue_many(items)
     snapshot.assert_unchanged()
     assert store.enqueue(req(dedupe={"key": "k-0"})).duplicate is False
+
+
+# ---------------------------------------------------------------- strings Redis cannot hold
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda s: s.list(name="\ud800"),
+        lambda s: s.list(queue="q\udfff"),
+        lambda s: s.list(cursor="1:\ud800"),
+        lambda s: s.list(metadata={"k": "\ud800"}),
+        lambda s: s.enqueue(EnqueueRequest(name="A", id="\ud800")),
+        lambda s: s.enqueue(EnqueueRequest(name="A\ud800")),
+        lambda s: s.enqueue(EnqueueRequest(name="A", dedupe={"key": "\ud800"})),
+    ],
+)
+def test_lone_surrogates_are_refused_with_a_clear_error(store, call):
+    with pytest.raises(InvalidRequestError, match="not valid Unicode"):
+        call(store)
+    assert store.counts() == dict.fromkeys(store.counts(), 0)
+
+
+def test_non_utf8_data_written_by_a_foreign_client_is_a_store_error_at_boot(
+    store, make_store, redis_client, prefix
+):
+    raw = redis_client.connection_pool.connection_class(
+        **{**redis_client.connection_pool.connection_kwargs, "decode_responses": False}
+    )
+    try:
+        raw.send_command("ZADD", "{" + prefix + "}:all", 0, b"\xff\xfe")
+        raw.read_response()
+        raw.send_command("DEL", "{" + prefix + "}:index:name:ready")
+        raw.read_response()
+    finally:
+        raw.disconnect()
+    with pytest.raises(JobStoreError, match="not UTF-8"):
+        make_store()

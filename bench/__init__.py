@@ -1,0 +1,1 @@
+"""Benchmarks for mqadmin's store against peer job-queue libraries (see bench/README.md)."""
