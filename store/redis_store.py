@@ -228,10 +228,10 @@ class RedisJobStore(ScheduleOperations, FlowOperations, InsightOperations):
     def _signal_wake(self, queue: str) -> None:
         self._wake.signal(queue)
 
-    def _command(self, operation: str, command: str, *args: Any) -> Any:
+    def _command(self, operation: str, command: str, *args: Any, **kwargs: Any) -> Any:
         """One plain redis-py command, with errors mapped to JobStoreError."""
         with redis_errors(operation):
-            return getattr(self.client, command)(*args)
+            return getattr(self.client, command)(*args, **kwargs)
 
     # ------------------------------------------------------------------ enqueue
 
@@ -268,8 +268,6 @@ class RedisJobStore(ScheduleOperations, FlowOperations, InsightOperations):
                 # The dedupe tree let the request through: now draw an id.
                 job_id = "pending"
                 continue
-            if code == "noid":
-                break
             if code != "collision":
                 raise JobStoreError(f"enqueue: unexpected reply {reply!r}")
         raise JobStoreError("enqueue failed: could not generate a unique job id")

@@ -28,6 +28,11 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 LUA_DIR = Path(__file__).with_name("lua")
 
+try:
+    from hiredis import pack_command as _hiredis_pack
+except ImportError:  # pure-Python fallback
+    _hiredis_pack = None
+
 
 @functools.cache
 def _preamble() -> str:
@@ -68,6 +73,14 @@ def library() -> tuple[str, str]:
         for name in script_names()
     )
     return lib, f"#!lua name={lib}\n{core}{registrations}"
+
+
+def _pack(conn: Any, command: tuple[Any, ...]) -> list[bytes]:
+    """RESP-encode a command: in C with hiredis (our args are only str and int), else redis-py's packer."""
+    if _hiredis_pack is not None:
+        return [_hiredis_pack(tuple(a if isinstance(a, str) else str(a) for a in command))]
+    packed: list[bytes] = conn.pack_command(*command)
+    return packed
 
 
 def _server_major(client: Any) -> int:
@@ -135,9 +148,10 @@ class ScriptRegistry:
         else:
             command = ("EVALSHA", self._shas[name], 1, self._tag, *args)
         conn = self._connection()
+        packed = _pack(conn, command)
         for attempt in range(3):
             try:
-                conn.send_command(*command)
+                conn.send_packed_command(packed)
                 return conn.read_response()
             except NoScriptError:
                 conn.send_command("SCRIPT", "LOAD", script_text(name))

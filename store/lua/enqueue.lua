@@ -8,7 +8,7 @@
 -- ARGV[19] extend '1'/'0'           ARGV[20] replace '1'/'0'
 --
 -- Reply: {'new', id} | {'dup', id} | {'replaced', id, queue} | {'collision'} |
--- {'noid'} | {'needid'} (mode 'generated' with an empty id: the dedupe tree let
+-- {'needid'} (mode 'generated' with an empty id: the dedupe tree let
 -- the request through, so the caller draws an id and calls again)
 -- A new insert and a landed replace publish a wake for the job's queue.
 local now = tonumber(ARGV[1])
@@ -85,16 +85,17 @@ end
 if r.mode == 'generated' and r.id == '' then return { 'needid' } end
 local id, seq = r.id, nil
 if r.mode == 'auto' then
-  id, seq = draw_auto_id()
-  if not id then return { 'noid' } end
+  id, seq = draw_auto_id(nil)
 end
 
--- 4. Insert, register the key, wake.
-insert_job(id, r, dedupe_key, now, idx, seq)
+-- 4. Insert, register the key, wake the queue (delayed inserts too: idle
+-- takers learn the new next_run_at).
+local acc = new_acc()
+insert_job(id, r, dedupe_key, now, idx, seq, acc)
+flush_acc(acc)
 if member then
   local window_end = nil
   if ttl then window_end = now + ttl end
   dedupe_register(member, id, window_end)
 end
-wake(r.queue)
 return { 'new', id }

@@ -17,6 +17,7 @@ redis.call('HSET', sk, 'next_run_at', ARGV[5])
 redis.call('ZADD', K_SCHEDULES, ARGV[5], ARGV[3])
 local r = read_request(6)
 if redis.call('EXISTS', k_job(r.id)) == 1 then return 0 end
-insert_job(r.id, r, '', now, ARGV[2], nil)
-wake(r.queue)
+local acc = new_acc()
+insert_job(r.id, r, '', now, ARGV[2], nil, acc)
+flush_acc(acc)
 return 1

@@ -45,55 +45,105 @@ local function read_request(i)
   }
 end
 
--- Draw a store-assigned id "j-<n>" from the FIFO counter, skipping ids a user
--- already took.  Returns id, seq (the seq doubles as the FIFO ordinal), or nil.
-local function draw_auto_id()
-  for _ = 1, 5 do
-    local seq = redis.call('INCR', K_SEQ)
-    local id = 'j-' .. fmt(seq)
-    if redis.call('EXISTS', k_job(id)) == 0 then return id, seq end
-  end
-  return nil
+-- Insert bookkeeping is accumulated and flushed once per script call, so a
+-- chunk of 500 inserts issues one ZADD per sorted set and one HINCRBY per
+-- counter instead of one per job.
+local function new_acc()
+  return { zsets = {}, order = {}, counts = {}, qnames = {}, woken = {} }
 end
 
--- Insert a fresh row.  idx is the two-character index flag string ("11":
--- name and queue indexes on).  Returns the new state.
-local function insert_job(id, r, dedupe_key, now, idx, seq)
+local function acc_zadd(acc, key, score, member)
+  local z = acc.zsets[key]
+  if not z then
+    z = {}
+    acc.zsets[key] = z
+    acc.order[#acc.order + 1] = key
+  end
+  z[#z + 1] = score
+  z[#z + 1] = member
+end
+
+local function flush_acc(acc)
+  for _, key in ipairs(acc.order) do
+    local z = acc.zsets[key]
+    for i = 1, #z, 1000 do
+      redis.call('ZADD', key, unpack(z, i, math.min(i + 999, #z)))
+    end
+  end
+  for field, n in pairs(acc.counts) do
+    redis.call('HINCRBY', K_COUNTS, field, n)
+  end
+  for member in pairs(acc.qnames) do
+    redis.call('SADD', K_QNAMES, member)
+  end
+  for queue in pairs(acc.woken) do
+    wake(queue)
+  end
+end
+
+-- Store-assigned ids are "j-<seq>".  When a user inserts an id of that shape,
+-- the counter is raised past it, so a store-assigned id can never name an
+-- existing job and no existence probe is needed (ids beyond 15 digits cannot
+-- be reached by the counter and are left alone).
+local function reserve_user_id(id)
+  local digits = string.match(id, '^j%-(%d+)$')
+  if digits and #digits <= 15 then
+    local n = tonumber(digits)
+    if n > (tonumber(redis.call('GET', K_SEQ)) or 0) then redis.call('SET', K_SEQ, fmt(n)) end
+  end
+end
+
+-- Draw a store-assigned id: returns id, seq (the seq doubles as the FIFO ordinal).
+local function draw_auto_id(seq)
   seq = seq or redis.call('INCR', K_SEQ)
-  local state, run_at = 'waiting', now
+  return 'j-' .. fmt(seq), seq
+end
+
+-- Insert a fresh row: its hash now, its index entries and counters through
+-- acc.  idx is the two-character index flag string ("11": name and queue
+-- indexes on).  Returns the new state.
+local function insert_job(id, r, dedupe_key, now, idx, seq, acc)
+  seq = seq or redis.call('INCR', K_SEQ)
+  local now_s = acc.now_s
+  if not now_s then
+    now_s = fmt(now)
+    acc.now_s = now_s
+  end
+  local state, run_at_s = 'waiting', now_s
   if r.delay > 0 then
-    state, run_at = 'delayed', now + r.delay
+    state, run_at_s = 'delayed', fmt(now + r.delay)
   end
   local h = {
     'name', r.name, 'queue', r.queue, 'state', state, 'payload', r.payload,
-    'run_at', fmt(run_at), 'enqueued_at', fmt(now), 'seq', fmt(seq),
+    'run_at', run_at_s, 'enqueued_at', now_s, 'seq', fmt(seq),
   }
-  local n = #h
-  local function opt(field, value, default)
-    if value ~= '' and value ~= default then
-      h[n + 1] = field; h[n + 2] = value; n = n + 2
-    end
+  -- Optional fields only when they carry a value (absent = default).
+  local n = 14
+  if r.metadata ~= '' and r.metadata ~= '{}' then h[n + 1], h[n + 2], n = 'metadata', r.metadata, n + 2 end
+  if r.priority ~= '' and r.priority ~= '0' then h[n + 1], h[n + 2], n = 'priority', r.priority, n + 2 end
+  if r.attempts_max ~= '' and r.attempts_max ~= '1' then
+    h[n + 1], h[n + 2], n = 'attempts_max', r.attempts_max, n + 2
   end
-  opt('metadata', r.metadata, '{}')
-  opt('priority', r.priority, '0')
-  opt('attempts_max', r.attempts_max, '1')
-  opt('backoff', r.backoff)
-  opt('keep', r.keep)
-  opt('timeout_ms', r.timeout_ms)
-  opt('trace', r.trace)
-  opt('parent', r.parent)
-  opt('dedupe_key', dedupe_key)
+  if r.backoff ~= '' then h[n + 1], h[n + 2], n = 'backoff', r.backoff, n + 2 end
+  if r.keep ~= '' then h[n + 1], h[n + 2], n = 'keep', r.keep, n + 2 end
+  if r.timeout_ms ~= '' then h[n + 1], h[n + 2], n = 'timeout_ms', r.timeout_ms, n + 2 end
+  if r.trace ~= '' then h[n + 1], h[n + 2], n = 'trace', r.trace, n + 2 end
+  if r.parent ~= '' then h[n + 1], h[n + 2], n = 'parent', r.parent, n + 2 end
+  if dedupe_key ~= '' then h[n + 1], h[n + 2], n = 'dedupe_key', dedupe_key, n + 2 end
   redis.call('HSET', k_job(id), unpack(h))
-  redis.call('ZADD', K_ALL, now, id)
-  if string.sub(idx, 1, 1) == '1' then redis.call('ZADD', k_byname(r.name), now, id) end
-  if string.sub(idx, 2, 2) == '1' then redis.call('ZADD', k_byqueue(r.queue), now, id) end
+  if r.mode == 'user' then reserve_user_id(id) end
+  acc_zadd(acc, K_ALL, now, id)
+  if string.sub(idx, 1, 1) == '1' then acc_zadd(acc, k_byname(r.name), now, id) end
+  if string.sub(idx, 2, 2) == '1' then acc_zadd(acc, k_byqueue(r.queue), now, id) end
   if state == 'waiting' then
-    add_waiting(r.queue, r.name, r.priority, seq, id)
+    acc_zadd(acc, k_waiting(r.queue, r.name), -(tonumber(r.priority) or 0), waiting_member(seq, id))
   else
-    redis.call('ZADD', k_delayed(r.queue), run_at, id)
+    acc_zadd(acc, k_delayed(r.queue), run_at_s, id)
   end
-  counts_add(r.queue, state, 1)
+  local field = r.queue .. '|' .. state
+  acc.counts[field] = (acc.counts[field] or 0) + 1
   -- Which job names each queue has seen (the dashboard's filters, oldest-waiting lookups).
-  redis.call('SADD', K_QNAMES, r.queue .. NUL .. r.name)
+  acc.qnames[r.queue .. NUL .. r.name] = true
+  acc.woken[r.queue] = true
   return state
 end
