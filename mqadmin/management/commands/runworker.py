@@ -81,6 +81,7 @@ class Command(BaseCommand):
             run_sync_in=options["run_sync_in"],
             burst=options["burst"],
             job_hooks=runtime.django_job_hooks(),
+            prefetch=options["prefetch"],
         )
         registered = worker.register_all(queues=queues or None)
         if not registered and not options["burst"]:
