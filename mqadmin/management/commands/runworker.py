@@ -39,6 +39,12 @@ class Command(BaseCommand):
         parser.add_argument(
             "--processes", type=int, default=1, help="supervise this many worker processes"
         )
+        parser.add_argument(
+            "--prefetch",
+            type=int,
+            default=1,
+            help="jobs each taker claims at once (a batch's acks ride with the next claim)",
+        )
         parser.add_argument("--burst", action="store_true", help="exit when the queues are empty")
         parser.add_argument(
             "--run-sync-in",
@@ -106,6 +112,7 @@ class Command(BaseCommand):
             "store",
             "queues",
             "concurrency",
+            "prefetch",
             "run_sync_in",
             "lock_duration_ms",
             "poll_interval_ms",
