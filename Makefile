@@ -53,16 +53,10 @@ run: $(STAMP)
 	fi; \
 	$(VPY) manage.py runserver $(RUN_ADDR)
 
-# The whole suite on a real Redis: MQ_TEST_REDIS_URL when set, otherwise a private
-# embedded Redis that tests/conftest.py starts and stops.  With TEST_DATABASE_URL set
-# (a PostgreSQL URL whose user may create databases), the dashboard tests run a
-# second time against PostgreSQL.
+# The whole suite on a real Redis (see scripts/test-all.sh): the embedded Redis and SQLite
+# always; again against a Redis on 127.0.0.1:6379 and on PostgreSQL when they answer.
 test: $(STAMP)
-	$(VPY) -m pytest $(PYTEST_ARGS)
-	@if [ -n "$${TEST_DATABASE_URL:-}" ]; then \
-		echo "Running tests/mqadmin again against PostgreSQL (TEST_DATABASE_URL)"; \
-		DATABASE_URL="$$TEST_DATABASE_URL" $(VPY) -m pytest tests/mqadmin $(PYTEST_ARGS); \
-	fi
+	bash scripts/test-all.sh $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

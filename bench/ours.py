@@ -1,18 +1,16 @@
-"""Our store's driver: `enqueue()` loop, `enqueue_many()` 1000/call, and a claim+ack loop.
+"""Our store's driver: `enqueue()` loop, `enqueue_many()` 1000/call, and the worker.
 
 Run with the project's interpreter and the repo on the path (throughput.py does this):
     python -m bench.ours --redis-url URL --n N --mode enqueue-single|enqueue-bulk|process
     python -m bench.ours --check     # exit 0 if `store` is importable, 3 with the reason if not
 
-"process" here is NOT a worker: it is one client calling `claim()` then `ack(Complete)` in a
-sequential loop over N pre-enqueued jobs (the table calls it "claim+ack loop"). A worker
-runtime comes later and will get its own row.
+"process" drains N pre-enqueued no-op jobs with `store.Worker` (the runtime behind
+`manage.py runworker`) in burst mode, in this process, like the peers' in-process workers.
 """
 
 from __future__ import annotations
 
 import sys
-import time
 from typing import Any
 
 from bench.common import (
@@ -31,7 +29,12 @@ QUEUE = "default"
 NAME = "noop"
 LOCK_MS = 30_000
 WORKER = "w1"
-MIN_RATE = 100  # jobs/s below which the claim+ack loop is considered stuck
+WORKER_CONCURRENCY = 8
+WORKER_PREFETCH = 32
+
+
+def _noop(payload: Any) -> None:
+    return None
 
 
 def import_store() -> Any:
@@ -93,34 +96,29 @@ def main(argv: list[str]) -> None:
         )
     else:
         enqueue_bulk()
-        claimed_class, complete = store.Claimed, store.Complete
-        names = [NAME]
-        done = 0
-        # A broken store can make each claim block for seconds; give up instead of hanging.
-        budget_s = max(30.0, n / MIN_RATE)
-        deadline = time.perf_counter() + budget_s
-        res: Any = None
+        # The same Worker `manage.py runworker` runs, draining sync no-op handlers (the peers'
+        # tasks are plain functions too) in burst mode: it returns when the queue is empty.
+        registry = store.StoreRegistry()
+        registry.register(jobs)
+        noop = store.Job(NAME, queue=QUEUE, registry=registry, handler=_noop)
+        worker = store.Worker(
+            jobs,
+            [noop],
+            concurrency=WORKER_CONCURRENCY,
+            prefetch=WORKER_PREFETCH,
+            registry=registry,
+            burst=True,
+        )
         timer.start()
-        while done < n:
-            token = f"{WORKER}:{done + 1}"
-            res = jobs.claim(queue=QUEUE, names=names, token=token, lock_duration_ms=LOCK_MS)
-            if not isinstance(res, claimed_class):
-                break
-            jobs.ack(res.job.id, token, complete(None))
-            done += 1
-            if time.perf_counter() > deadline:
-                break
+        worker.run(install_signal_handlers=False)
         timer.stop()
+        done = jobs.counts()["completed"]
         if done != n:
-            if not isinstance(res, claimed_class):
-                fail(f"ours: claim returned {type(res).__name__} after {done} of {n} jobs")
-            fail(
-                f"ours: claim+ack loop did only {done} of {n} jobs in {timer.seconds:.1f} s "
-                f"(< {MIN_RATE} jobs/s); aborted: is claim() blocking?"
-            )
+            fail(f"ours: the worker completed {done} of {n} jobs")
         variant, api = (
-            "claim+ack loop",
-            "claim() + ack(Complete(None)), one client, sequential (not a worker)",
+            f"Worker c{WORKER_CONCURRENCY} prefetch {WORKER_PREFETCH}",
+            f"store.Worker(concurrency={WORKER_CONCURRENCY}, prefetch={WORKER_PREFETCH}, burst=True)"
+            ".run(), sync no-op handler (what manage.py runworker runs)",
         )
     jobs.close()
     emit("ours", args, timer, variant=variant, api=api, version="working tree")

@@ -691,15 +691,12 @@ def render(
                 cells += ["error", "—"]
                 continue
             tag = f" ({row.variant})" if mode != "enqueue-single" and row.variant else ""
-            if lib == "ours" and mode == "process":
-                tag = " (claim+ack loop, not a worker)"
             cells += [f"{fmt_rate(row.median)}{tag}", fmt_ratio(ours_rate(mode), row.median)]
         add("| " + " | ".join(cells) + " |")
     add("")
     add(
         "`ours ÷` = our median ÷ that row's median for the same column (>1: ours is faster). "
-        "Ours' process column is a sequential claim()+ack() loop, "
-        "the peers' are their real workers."
+        "Every process column is that library's real worker draining no-op jobs."
     )
     add("")
 
