@@ -3,9 +3,9 @@
 Everything deployment-specific comes from the environment (see README.md):
 ``DJANGO_SECRET_KEY``, ``DJANGO_DEBUG``, ``DJANGO_ALLOWED_HOSTS``,
 ``DJANGO_CSRF_TRUSTED_ORIGINS``, ``DATABASE_URL``, ``MQ_REDIS_URL``, ``MQ_PREFIX``,
-``MQ_STORES``, ``DJANGO_LOG_LEVEL``.  The defaults give a working development set-up
-with no configuration at all: SQLite and a generated secret key under ``var/``, and
-the embedded Redis.
+``MQ_STORES``, ``MQ_DASHBOARD_READ_ONLY``, ``DJANGO_LOG_LEVEL``.  The defaults give a
+working development set-up with no configuration at all: SQLite and a generated secret
+key under ``var/``, and the embedded Redis.
 """
 
 from __future__ import annotations
@@ -119,6 +119,12 @@ MQ_STORES = parse_stores(os.environ.get("MQ_STORES"), default_prefix=MQ_PREFIX)
 # Dotted modules that define jobs, besides every installed app's ``jobs`` module.
 MQ_JOB_MODULES = env_list("MQ_JOB_MODULES", [])
 
+# -- dashboard -------------------------------------------------------------------------
+
+# True: the dashboard shows no action buttons and refuses every action with 403,
+# whatever the user's permissions.
+MQ_DASHBOARD_READ_ONLY = env_bool("MQ_DASHBOARD_READ_ONLY", default=False)
+
 # -- logging ---------------------------------------------------------------------------
 
 LOG_LEVEL = os.environ.get("DJANGO_LOG_LEVEL", "INFO").upper()
@@ -126,10 +132,12 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {
-        "line": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+        # mq_job is "[<job id> <queue>#<attempt>] " for lines logged inside a running job.
+        "line": {"format": "%(asctime)s %(levelname)s %(name)s %(mq_job)s%(message)s"},
     },
+    "filters": {"job": {"()": "store.jobs.JobLogContext"}},
     "handlers": {
-        "console": {"class": "logging.StreamHandler", "formatter": "line"},
+        "console": {"class": "logging.StreamHandler", "formatter": "line", "filters": ["job"]},
     },
     "root": {"handlers": ["console"], "level": LOG_LEVEL},
     "loggers": {

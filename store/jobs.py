@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextvars
 import inspect
+import logging
 import threading
 import time
 import traceback
@@ -117,6 +118,47 @@ def current_job() -> JobContext:
     if ctx is None:
         raise LookupError("current_job() called outside a running job")
     return ctx
+
+
+def _annotate(record: logging.LogRecord) -> None:
+    ctx = _current_job.get()
+    if ctx is None:
+        record.job_id = record.job_queue = record.job_attempt = None
+        record.mq_job = ""
+    else:
+        record.job_id, record.job_queue, record.job_attempt = ctx.job_id, ctx.queue, ctx.attempt
+        record.mq_job = f"[{ctx.job_id} {ctx.queue}#{ctx.attempt}] "
+
+
+class JobLogContext(logging.Filter):
+    """A handler filter that gives every record ``job_id``, ``job_queue``, ``job_attempt`` and
+    ``mq_job`` (``"[<id> <queue>#<attempt>] "`` inside a running job, else ``""``)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not hasattr(record, "mq_job"):
+            _annotate(record)
+        return True
+
+
+_factory_lock = threading.Lock()
+_factory_installed = False
+
+
+def install_log_context() -> None:
+    """Annotate every log record created inside a running job with the job's identity."""
+    global _factory_installed
+    with _factory_lock:
+        if _factory_installed:
+            return
+        previous = logging.getLogRecordFactory()
+
+        def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
+            record = previous(*args, **kwargs)
+            _annotate(record)
+            return record
+
+        logging.setLogRecordFactory(factory)
+        _factory_installed = True
 
 
 def set_current_job(ctx: JobContext | None) -> contextvars.Token[JobContext | None]:

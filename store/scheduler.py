@@ -26,6 +26,8 @@ def tick_due_schedules(store: RedisJobStore) -> int:
     now = store.now()
     for schedule in store.due_schedules():
         slot = schedule.next_run_at
+        if slot > now:
+            continue  # advanced by another ticker since it was read
         upcoming = next_occurrence(schedule, slot, now)
         if upcoming is None:
             logger.error(

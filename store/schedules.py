@@ -298,7 +298,9 @@ class ScheduleOperations:
 
     def due_schedules(self) -> list[ScheduleRecord]:
         """Schedules with next_run_at <= now, earliest first."""
-        return self._schedules_by_rank(str(self.now()))
+        now = self.now()
+        # Rows are read after the index: one advanced in between is no longer due.
+        return [s for s in self._schedules_by_rank(str(now)) if s.next_run_at <= now]
 
     def advance_schedule(self, key: str, expected_run_at: int, next_run_at: int) -> None:
         """Compare-and-set next_run_at; a stale expectation is a silent no-op."""

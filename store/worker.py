@@ -54,6 +54,7 @@ from store.jobs import (
     JobContext,
     JobInterrupted,
     encode_failure,
+    install_log_context,
     is_unrecoverable,
     reset_current_job,
     set_current_job,
@@ -104,16 +105,23 @@ class _InFlight:
     cancelling: bool = False
     lost: bool = False
     expired_reported: bool = False
+    in_thread: bool = False
 
     def interrupt(self, reason: str) -> None:
-        """Ask the run to stop; never waits for the handler's cleanup."""
+        """Ask the run to stop; never waits for the handler's cleanup.
+
+        Async handlers are cancelled, child processes killed; a handler running
+        in a thread is only signalled (it stops at its next check_interrupted()
+        or current_job().sleep()) and is still awaited, so its finalizers run and
+        its real outcome is routed.
+        """
         if self.interrupted_by is None:
             self.interrupted_by = reason
         self.ctx.interrupt_reason = reason
         self.ctx.interrupt_event.set()
         if self.process is not None and self.process.is_alive():
             self.process.kill()
-        elif self.task is not None and not self.task.done():
+        elif self.task is not None and not self.task.done() and not self.in_thread:
             self.task.cancel()
 
 
@@ -288,6 +296,7 @@ class Worker:
         """The worker's main coroutine."""
         self._loop = asyncio.get_running_loop()
         self._stopping = asyncio.Event()
+        install_log_context()
         total = sum(self.queue_concurrency(q) for q in self._queues)
         self._io = ThreadPoolExecutor(max_workers=total + 4, thread_name_prefix="mq-io")
         self._sync_pool = ThreadPoolExecutor(max_workers=max(1, total), thread_name_prefix="mq-job")
@@ -357,7 +366,7 @@ class Worker:
     def request_stop(self) -> None:
         """Stop claiming; interrupt and release in-flight jobs.  Safe from any thread."""
         loop, stopping = self._loop, self._stopping
-        if loop is None or stopping is None:
+        if loop is None or stopping is None or loop.is_closed():
             return
         if threading.current_thread() is threading.main_thread() and loop.is_running():
             with contextlib.suppress(RuntimeError):
@@ -423,6 +432,8 @@ class Worker:
                             return
                         await self._idle(queue, batch.empty)
                         continue
+                if self._stopping.is_set():
+                    break
                 job, token = held.pop(0)
                 state = self._held.pop(job.id, None)
                 if state is not None and state.lost:
@@ -589,18 +600,17 @@ class Worker:
         self, definition: Job, job: JobRecord, entry: _InFlight
     ) -> tuple[BaseException | None, Any]:
         """Run the handler under its timeout; returns (exception or None, value)."""
-        if self._stopping is not None and self._stopping.is_set():
-            entry.interrupt("shutdown")
         coro = self._invoke(definition, job, entry)
         entry.task = asyncio.ensure_future(coro)
+        if self._stopping is not None and self._stopping.is_set():
+            entry.interrupt("shutdown")
         timer = None
         if job.timeout_ms:
             timer = asyncio.ensure_future(sleep_ms(self.clock, job.timeout_ms))
             await asyncio.wait({entry.task, timer}, return_when=asyncio.FIRST_COMPLETED)
             if not entry.task.done():
                 entry.interrupt("timeout")
-                if definition.is_async or self.run_sync_in == "process":
-                    await asyncio.wait({entry.task})
+                await asyncio.wait({entry.task})
                 timer.cancel()
                 return JobTimeoutError(
                     f"job {job.id} ({job.name}) exceeded its timeout of {job.timeout_ms} ms"
@@ -644,6 +654,7 @@ class Worker:
             return await self._loop.run_in_executor(
                 self._sync_pool, self._run_in_child, fn, args, entry
             )
+        entry.in_thread = True
         return await self._loop.run_in_executor(
             self._sync_pool, self._run_in_thread, fn, args, entry
         )
@@ -705,7 +716,8 @@ class Worker:
             await self._ack(job, token, Cancelled())
             self._pulse_relay(job, Cancelled())
             return None
-        if entry.interrupted_by == "shutdown" and error is not None:
+        if (self.stopping or entry.interrupted_by == "shutdown") and error is not None:
+            # Shutdown wins over a lost lock: hand the job back (a refused release is harmless).
             await self._release(job, token)
             return None
         if entry.interrupted_by == "lock-lost" and interrupted:
@@ -878,9 +890,11 @@ class Worker:
                     e.interrupt("lock-lost")
             elif e.job.id in cancel:
                 if not e.cancelling:
+                    # The store repeats the flag every heartbeat; deliver it once and let
+                    # the handler's cleanup run undisturbed.
                     logger.info("job %s: cancel requested; interrupting it", e.job.id)
-                e.cancelling = True
-                e.interrupt("cancel")
+                    e.cancelling = True
+                    e.interrupt("cancel")
             else:
                 e.deadline = now + self.lock_duration_ms
 
