@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-
 from typing import Any
 
 import pytest
@@ -71,9 +70,11 @@ def test_wrk_03_handler_log_lines_carry_job_identity(store, registry, caplog):
         log.warning("sending the thing")
 
     job = Job("Noisy", handler=handler, registry=registry)
-    with caplog.at_level(logging.WARNING, logger="tests.noisy"):
-        with running(Worker(store, [job], registry=registry)):
-            job.execute({}, job_id="noisy-1", timeout_s=5)
+    with (
+        caplog.at_level(logging.WARNING, logger="tests.noisy"),
+        running(Worker(store, [job], registry=registry)),
+    ):
+        job.execute({}, job_id="noisy-1", timeout_s=5)
     [record] = [r for r in caplog.records if r.getMessage() == "sending the thing"]
     assert (record.job_id, record.job_queue, record.job_attempt) == ("noisy-1", "default", 1)
     assert record.mq_job == "[noisy-1 default#1] "
