@@ -66,3 +66,15 @@ lint: $(STAMP)
 clean:
 	rm -rf .pytest_cache .ruff_cache .mypy_cache build dist *.egg-info
 	find . -path ./$(VENV) -prune -o -type d -name __pycache__ -print0 | xargs -0 rm -rf
+
+# Browser tests (tests/browser/): Debian's chromium plus the playwright Python package
+# as its driver (no `playwright install`: no browser downloads).  Without them the
+# browser tests skip, so `make test` passes on a fresh machine.
+.PHONY: browser-deps test-browser
+
+browser-deps: $(STAMP)
+	bash scripts/install-browser-deps.sh
+
+# The browser tests alone; screenshots land in tests/browser/artifacts/.
+test-browser: $(STAMP)
+	$(VPY) -m pytest tests/browser $(PYTEST_ARGS)

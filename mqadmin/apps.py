@@ -19,7 +19,6 @@ class MqadminConfig(AppConfig):
 
     def ready(self) -> None:
         from mqadmin.checks import check_store_settings
-
         from mqadmin.runtime import install_registry
 
         checks.register(check_store_settings)

@@ -180,5 +180,7 @@ def validate_stores(stores: Any) -> list[str]:
             problems.append(f"store {name!r}: 'url' must be a string or absent")
         unknown = set(entry) - {"prefix", "url", "indexes", "history_ttl"}
         if unknown:
-            problems.append(f"store {name!r}: unknown keys {sorted(unknown)} (known: prefix, url, indexes, history_ttl)")
+            problems.append(
+                f"store {name!r}: unknown keys {sorted(unknown)} (known: prefix, url, indexes, history_ttl)"
+            )
     return problems

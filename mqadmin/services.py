@@ -128,7 +128,9 @@ def get_named_store(name: str) -> Any:
     if entry is None:
         from store.errors import InvalidRequestError
 
-        raise InvalidRequestError(f"no store named {name!r} in MQ_STORES (known: {', '.join(sorted(stores))})")
+        raise InvalidRequestError(
+            f"no store named {name!r} in MQ_STORES (known: {', '.join(sorted(stores))})"
+        )
     url = store_url(entry)
     client, _ = get_client(url)
     key = (url or "", str(entry["prefix"]), name)
@@ -229,3 +231,161 @@ def reset() -> None:
             client.close()
         except Exception:
             logger.debug("error while closing a cached Redis client", exc_info=True)
+
+
+# -- dashboard read models that need the store's hidden bookkeeping -----------------------
+#
+# The store keeps a few facts off its public records (store contract §2.9, §2.18): the
+# lock token and lock expiry of an active job, and the dedupe registry.  The dashboard
+# shows them read-only; they are read here, in the service layer, so views never touch
+# Redis or key names.  Each read is one command on one key.
+
+
+def public_error(exc: BaseException, url: str | None = None) -> str:
+    """``exc`` as a message fit for a page (a Redis URL in it has its password masked)."""
+    return _safe_error(exc, url)
+
+
+@dataclass(frozen=True)
+class LockInfo:
+    """Who holds an active job and until when (the job hash's hidden lock fields)."""
+
+    token: str | None
+    expires_at: int | None
+
+    @property
+    def worker_id(self) -> str | None:
+        """The worker part of the token: workers mint ``<worker id>:<counter>``."""
+        if not self.token:
+            return None
+        worker, sep, _ = self.token.rpartition(":")
+        return worker if sep else self.token
+
+
+def job_lock_info(job_store: Any, job_id: str) -> LockInfo:
+    """The lock token and expiry of ``job_id`` (both None when it is not active)."""
+    from store.redis_store import redis_errors
+
+    with redis_errors("lock info"):
+        token, expires = job_store.client.hmget(
+            job_store.keys.job(job_id), ["lock_token", "lock_expires_at"]
+        )
+    return LockInfo(token or None, int(float(expires)) if expires else None)
+
+
+@dataclass(frozen=True)
+class DedupeOwner:
+    """The dedupe registry entry of one (job name, dedupe key)."""
+
+    job_id: str
+    #: End of a throttle/debounce window; None for a pending-mode entry.
+    expires_at: int | None
+
+
+def dedupe_owner(job_store: Any, name: str, key: str) -> DedupeOwner | None:
+    """The job the (name, key) dedupe entry points at now, or None when the key is free."""
+    from store.redis_store import redis_errors
+
+    with redis_errors("dedupe owner"):
+        job_id, expires = job_store.client.hmget(
+            job_store.keys.dedupe(name, key), ["job_id", "expires_at"]
+        )
+    if not job_id:
+        return None
+    return DedupeOwner(job_id, int(float(expires)) if expires else None)
+
+
+@dataclass(frozen=True)
+class IndexSummary:
+    """One optional list index kind of one store, measured in bounded calls."""
+
+    kind: str
+    enabled: bool
+    #: The ready marker's time (ms), None when absent or unreadable.
+    ready_at: int | None
+    #: The marker's raw text when it is not a time (a warning names it).
+    bad_marker: str | None
+    #: Index zsets found among the known names / queues, and their members.
+    zsets: int
+    members: int
+    #: How many names (kind "name") or queues (kind "queue") the store knows.
+    known: int
+    warnings: list[str] = field(default_factory=list)
+
+
+def bounded_index_status(job_store: Any) -> list[IndexSummary]:
+    """Index status per kind without walking the keyspace.
+
+    ``store.index_admin.index_status`` finds index zsets with SCAN, which reads every
+    key of the database (millions of rows: seconds).  A page cannot afford that, so
+    here the zsets are looked up by name: ``byname:<n>`` for every job name the store
+    knows and ``byqueue:<q>`` for every queue, each with one ZCARD in one pipeline.
+    Zsets of names the store no longer lists are not counted; the SCAN-based
+    ``reclaim_indexes --dry-run`` gives the exhaustive figure.
+    """
+    from store.redis_store import redis_errors
+
+    names = job_store.job_names()
+    queues = job_store.queue_names()
+    with redis_errors("index status"):
+        pipe = job_store.client.pipeline(transaction=False)
+        pipe.get(job_store.keys.index_ready("name"))
+        pipe.get(job_store.keys.index_ready("queue"))
+        for name in names:
+            pipe.zcard(job_store.keys.byname(name))
+        for queue in queues:
+            pipe.zcard(job_store.keys.byqueue(queue))
+        replies = pipe.execute()
+    markers = {"name": replies[0], "queue": replies[1]}
+    cards = {"name": replies[2 : 2 + len(names)], "queue": replies[2 + len(names) :]}
+    known = {"name": len(names), "queue": len(queues)}
+    out: list[IndexSummary] = []
+    for kind in ("name", "queue"):
+        raw = markers[kind]
+        ready_at: int | None = None
+        bad_marker: str | None = None
+        if raw not in (None, ""):
+            try:
+                ready_at = int(raw)
+            except ValueError:
+                bad_marker = str(raw)[:40]
+        nonzero = [int(card) for card in cards[kind] if card]
+        enabled = bool(job_store.indexes[kind])
+        summary = IndexSummary(
+            kind=kind,
+            enabled=enabled,
+            ready_at=ready_at,
+            bad_marker=bad_marker,
+            zsets=len(nonzero),
+            members=sum(nonzero),
+            known=known[kind],
+        )
+        summary.warnings.extend(_index_warnings(summary, marker_present=raw not in (None, "")))
+        out.append(summary)
+    return out
+
+
+def _index_warnings(summary: IndexSummary, *, marker_present: bool) -> list[str]:
+    # The same rules as store.index_admin's status, phrased for a page.
+    kind = summary.kind
+    warnings: list[str] = []
+    if summary.enabled and not marker_present:
+        warnings.append(
+            "Enabled but the ready marker is missing: the next store boot rebuilds the index "
+            "from scratch (list queries by this index may miss rows until then)."
+        )
+    elif summary.bad_marker is not None:
+        warnings.append(
+            f"The ready marker holds {summary.bad_marker!r}, not a time: the next boot rebuilds it."
+        )
+    if not summary.enabled and marker_present:
+        warnings.append(
+            "Disabled here, but a ready marker exists: another process of this prefix has it "
+            "enabled. Every store of a prefix must use the same indexes setting."
+        )
+    if not summary.enabled and summary.zsets:
+        warnings.append(
+            f"Disabled, but {summary.zsets} index zsets remain: reclaim their memory once every "
+            f"store of this prefix has indexes.{kind} off."
+        )
+    return warnings

@@ -1,4 +1,9 @@
-"""URL configuration of the mqadmin project."""
+"""URL configuration of the mqadmin project.
+
+Job ids, flow ids, queue names and schedule keys may hold any character, "/"
+included, so ids sit at the end of a path (``<path:...>``) and action targets
+travel in the POST body, never in the path.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +14,21 @@ from mqadmin import views
 
 urlpatterns = [
     path("", views.home, name="home"),
+    path("overview/throughput/", views.throughput, name="throughput"),
+    path("jobs/", views.explorer, name="jobs"),
+    path("jobs/lookup/", views.lookup, name="lookup"),
+    path("stores/<str:store>/jobs/<path:job_id>", views.job, name="job"),
+    path("stores/<str:store>/flows/<path:flow_id>", views.flow, name="flow"),
+    path("outbox/", views.outbox, name="outbox"),
+    path("indexes/", views.indexes, name="indexes"),
+    path("schedules/", views.schedules, name="schedules"),
+    path("audit/", views.audit, name="audit"),
+    path("actions/job/<str:verb>/", views.job_action, name="job_action"),
+    path("actions/queue/<str:verb>/", views.queue_action, name="queue_action"),
+    path("actions/schedule/<str:verb>/", views.schedule_action, name="schedule_action"),
+    path("bulk/selected/", views.bulk_selected, name="bulk_selected"),
+    path("bulk/preview/", views.bulk_preview, name="bulk_preview"),
+    path("bulk/run/", views.bulk_run, name="bulk_run"),
     # login/, logout/, password_change/ ... with templates under templates/registration/.
     path("accounts/", include("django.contrib.auth.urls")),
     path("admin/", admin.site.urls),

@@ -1,0 +1,384 @@
+"""Forms that validate every query string and every action the dashboard accepts.
+
+A view never reads ``request.GET`` / ``request.POST`` directly: it binds one of these
+forms and answers 400 with the form's messages when it is invalid.  Store names
+are checked against ``MQ_STORES``; cursors against the store's cursor format.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.core.exceptions import ValidationError
+from django.utils.http import url_has_allowed_host_and_scheme
+
+from mqadmin import services
+from mqadmin.dashboard import ORDER_FIELDS, ORDER_LABELS, STATES, JobQuery
+
+#: Longest free-text value accepted (job ids, queue and job names, metadata).
+MAX_TEXT = 1000
+#: Page sizes the explorer offers; any value from 1 to MAX_LIMIT is accepted.
+PAGE_SIZES = (20, 50, 100, 200)
+DEFAULT_LIMIT = 50
+MAX_LIMIT = 200
+#: Metadata pairs one filter may hold.
+MAX_METADATA_PAIRS = 10
+#: Ids one "selected rows" bulk request may carry (a page holds at most MAX_LIMIT rows).
+MAX_SELECTED = 500
+#: Earlier child-page cursors a flow page keeps for its "previous" link.
+MAX_FLOW_TRAIL = 20
+
+JOB_VERBS = (("retry", "Retry"), ("cancel", "Cancel"), ("promote", "Promote"), ("remove", "Remove"))
+
+
+def store_choices() -> list[tuple[str, str]]:
+    return [(name, name) for name in services.configured_stores()]
+
+
+class StoreField(forms.ChoiceField):
+    """A configured store name (choices are read per request: settings may change)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("error_messages", {})
+        kwargs["error_messages"].setdefault(
+            "invalid_choice", "There is no store named “%(value)s” in MQ_STORES."
+        )
+        super().__init__(choices=store_choices, **kwargs)
+
+
+class MultiValueTextInput(forms.TextInput):
+    """A text input whose name may repeat in the query string (``meta=a=1&meta=b=2``)."""
+
+    def value_from_datadict(self, data: Any, files: Any, name: str) -> list[str]:
+        getter = getattr(data, "getlist", None)
+        if getter is not None:
+            return list(getter(name))
+        value = data.get(name)
+        return [] if value is None else [value]
+
+
+class MultiValueHidden(forms.MultipleHiddenInput):
+    pass
+
+
+class MetadataField(forms.Field):
+    """``key=value`` pairs (repeatable); blank entries are ignored; AND semantics."""
+
+    widget = MultiValueTextInput
+
+    def to_python(self, value: Any) -> dict[str, str]:
+        if not value:
+            return {}
+        if isinstance(value, str):
+            value = [value]
+        pairs: dict[str, str] = {}
+        for raw in value:
+            text = str(raw).strip()
+            if not text:
+                continue
+            if len(text) > MAX_TEXT:
+                raise ValidationError(
+                    "A metadata filter is longer than %(max)s characters.", params={"max": MAX_TEXT}
+                )
+            key, sep, val = text.partition("=")
+            key = key.strip()
+            if not sep or not key:
+                raise ValidationError(
+                    "Metadata filter “%(text)s” must look like key=value.",
+                    params={"text": text[:80]},
+                )
+            if "\0" in text:
+                raise ValidationError("Metadata filters cannot contain NUL characters.")
+            if key in pairs and pairs[key] != val:
+                raise ValidationError(
+                    "Metadata key “%(key)s” is given twice with different values (filters are ANDed).",
+                    params={"key": key[:80]},
+                )
+            pairs[key] = val
+        if len(pairs) > MAX_METADATA_PAIRS:
+            raise ValidationError(
+                "At most %(n)s metadata filters.", params={"n": MAX_METADATA_PAIRS}
+            )
+        return pairs
+
+
+class CursorField(forms.CharField):
+    """A list cursor as the store issues them: ``<order value>:<job id>``."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("required", False)
+        kwargs.setdefault("max_length", MAX_TEXT + 20)
+        kwargs.setdefault("strip", False)
+        super().__init__(**kwargs)
+
+    def clean(self, value: Any) -> str | None:
+        text = super().clean(value)
+        if not text:
+            return None
+        from store.errors import InvalidCursorError
+        from store.listing import parse_cursor
+
+        try:
+            parse_cursor(text)
+        except InvalidCursorError as exc:
+            raise ValidationError(
+                "Malformed cursor: expected “<time>:<job id>” as issued by a previous page "
+                "(%(detail)s).",
+                params={"detail": str(exc)[:160]},
+            ) from None
+        return text
+
+
+def _plain_text(value: str, label: str) -> str:
+    if "\0" in value:
+        raise ValidationError(f"The {label} cannot contain NUL characters.")
+    return value
+
+
+class JobFilterForm(forms.Form):
+    """The explorer's query string: filters, order, page size and position."""
+
+    store = StoreField(required=False)
+    queue = forms.CharField(required=False, max_length=MAX_TEXT)
+    name = forms.CharField(required=False, max_length=MAX_TEXT)
+    state = forms.MultipleChoiceField(
+        required=False,
+        choices=[(state, state) for state in STATES],
+        widget=forms.CheckboxSelectMultiple,
+        error_messages={
+            "invalid_choice": "“%(value)s” is not a job state (states: " + ", ".join(STATES) + ").",
+        },
+    )
+    meta = MetadataField(required=False)
+    order_by = forms.ChoiceField(
+        required=False,
+        choices=[(value, ORDER_LABELS[value]) for value in ORDER_FIELDS],
+        error_messages={
+            "invalid_choice": "“%(value)s” is not an order (use enqueued_at, run_at or finished_at)."
+        },
+    )
+    order = forms.ChoiceField(
+        required=False,
+        choices=[("desc", "newest first"), ("asc", "oldest first")],
+        error_messages={"invalid_choice": "“%(value)s” is not a direction (use desc or asc)."},
+    )
+    limit = forms.IntegerField(
+        required=False,
+        min_value=1,
+        max_value=MAX_LIMIT,
+        error_messages={
+            "invalid": "The page size must be a whole number.",
+            "min_value": "The page size must be at least %(limit_value)s.",
+            "max_value": "The page size can be at most %(limit_value)s.",
+        },
+    )
+    cursor = CursorField()
+    before = CursorField()
+
+    def clean_queue(self) -> str:
+        return _plain_text(self.cleaned_data["queue"], "queue")
+
+    def clean_name(self) -> str:
+        return _plain_text(self.cleaned_data["name"], "job name")
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        if data.get("cursor") and data.get("before"):
+            raise ValidationError(
+                "Give either cursor (next pages) or before (previous pages), not both."
+            )
+        return data
+
+    def to_query(self, default_store: str) -> JobQuery:
+        data = self.cleaned_data
+        states = data.get("state") or None
+        return JobQuery(
+            store=data.get("store") or default_store,
+            queue=data.get("queue") or None,
+            name=data.get("name") or None,
+            states=tuple(s for s in STATES if s in states) if states else None,
+            metadata=data.get("meta") or {},
+            order_by=data.get("order_by") or "enqueued_at",
+            order=data.get("order") or "desc",
+            limit=data.get("limit") or DEFAULT_LIMIT,
+            cursor=data.get("cursor"),
+            before=data.get("before"),
+        )
+
+
+def query_string(query: JobQuery, **overrides: Any) -> str:
+    """The explorer's query string for ``query`` (a permalink), with fields replaced."""
+    from django.http import QueryDict
+
+    params = QueryDict(mutable=True)
+    values: dict[str, Any] = {
+        "store": query.store,
+        "queue": query.queue,
+        "name": query.name,
+        "state": list(query.states) if query.states else None,
+        "meta": [f"{key}={value}" for key, value in query.metadata.items()] or None,
+        "order_by": query.order_by if query.order_by != "enqueued_at" else None,
+        "order": query.order if query.order != "desc" else None,
+        "limit": query.limit if query.limit != DEFAULT_LIMIT else None,
+        "cursor": query.cursor,
+        "before": query.before,
+    }
+    values.update(overrides)
+    for key, value in values.items():
+        if value is None or value == "":
+            continue
+        if isinstance(value, list | tuple):
+            params.setlist(key, [str(v) for v in value])
+        else:
+            params[key] = str(value)
+    return params.urlencode()
+
+
+class JobLookupForm(forms.Form):
+    store = StoreField()
+    id = forms.CharField(max_length=MAX_TEXT, strip=True)
+
+    def clean_id(self) -> str:
+        return _plain_text(self.cleaned_data["id"], "job id")
+
+
+class NextField(forms.CharField):
+    """Where to go after an action: a local path only (never an open redirect)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("required", False)
+        kwargs.setdefault("max_length", 4000)
+        super().__init__(**kwargs)
+
+    def clean(self, value: Any) -> str:
+        text = super().clean(value)
+        if not text:
+            return ""
+        if not text.startswith("/") or not url_has_allowed_host_and_scheme(
+            text, allowed_hosts=None
+        ):
+            raise ValidationError("“next” must be a path on this site.")
+        return text
+
+
+class JobActionForm(forms.Form):
+    store = StoreField()
+    job_id = forms.CharField(max_length=MAX_TEXT, strip=False)
+    next = NextField()
+
+
+class QueueActionForm(forms.Form):
+    store = StoreField()
+    queue = forms.CharField(max_length=MAX_TEXT, strip=False)
+    next = NextField()
+
+    def clean_queue(self) -> str:
+        return _plain_text(self.cleaned_data["queue"], "queue")
+
+
+class ScheduleActionForm(forms.Form):
+    store = StoreField()
+    key = forms.CharField(max_length=MAX_TEXT, strip=False)
+    next = NextField()
+
+
+class MultiIdField(forms.Field):
+    widget = MultiValueHidden
+
+    def to_python(self, value: Any) -> list[str]:
+        if not value:
+            return []
+        if isinstance(value, str):
+            value = [value]
+        ids = list(dict.fromkeys(str(v) for v in value if str(v)))
+        for job_id in ids:
+            if len(job_id) > MAX_TEXT or "\0" in job_id:
+                raise ValidationError("A job id is too long or contains NUL.")
+        return ids
+
+    def validate(self, value: list[str]) -> None:
+        super().validate(value)
+        if len(value) > MAX_SELECTED:
+            raise ValidationError(
+                "At most %(n)s jobs can be selected at once; use “all matching this filter”.",
+                params={"n": MAX_SELECTED},
+            )
+
+
+class BulkSelectedForm(forms.Form):
+    """Rows ticked in the explorer, and the verb to apply to them."""
+
+    store = StoreField()
+    verb = forms.ChoiceField(choices=JOB_VERBS)
+    ids = MultiIdField(required=True, error_messages={"required": "Select at least one job first."})
+    next = NextField()
+
+
+class BulkFilterForm(JobFilterForm):
+    """An explorer filter plus the verb to apply to every match (and where to resume)."""
+
+    verb = forms.ChoiceField(choices=JOB_VERBS)
+    resume = CursorField()
+
+    def to_query(self, default_store: str) -> JobQuery:
+        query = super().to_query(default_store)
+        # A bulk run always covers the whole filter, whatever page it was started from.
+        return JobQuery(**{**query.__dict__, "cursor": None, "before": None})
+
+
+class FlowPageForm(forms.Form):
+    """Position in a flow's children: the last child key seen, and the earlier pages' keys."""
+
+    cursor = forms.CharField(required=False, max_length=MAX_TEXT, strip=False)
+    trail = forms.Field(required=False, widget=MultiValueTextInput)
+    embed = forms.BooleanField(required=False)
+
+    def clean_cursor(self) -> str | None:
+        value = self.cleaned_data.get("cursor") or None
+        if value is not None:
+            _plain_text(value, "cursor")
+        return value
+
+    def clean_trail(self) -> list[str]:
+        value = self.cleaned_data.get("trail") or []
+        if len(value) > MAX_FLOW_TRAIL:
+            raise ValidationError(
+                "Too many earlier pages in “trail” (at most %(n)s).", params={"n": MAX_FLOW_TRAIL}
+            )
+        for item in value:
+            if len(item) > MAX_TEXT or "\0" in item:
+                raise ValidationError("A “trail” entry is too long or contains NUL.")
+        return list(value)
+
+
+class OutboxPageForm(forms.Form):
+    store = StoreField(required=False)
+    after = forms.IntegerField(
+        required=False,
+        min_value=0,
+        error_messages={"invalid": "“after” must be an outbox entry number."},
+    )
+
+
+class AuditFilterForm(forms.Form):
+    before = forms.IntegerField(
+        required=False, min_value=1, error_messages={"invalid": "“before” must be an entry number."}
+    )
+    action = forms.CharField(required=False, max_length=40)
+    user = forms.CharField(required=False, max_length=150)
+    store = forms.CharField(required=False, max_length=200)
+    outcome = forms.ChoiceField(
+        required=False,
+        choices=[("", "any"), ("ok", "succeeded"), ("failed", "failed")],
+        error_messages={"invalid_choice": "“%(value)s” is not an outcome (use ok or failed)."},
+    )
+
+
+def form_errors(form: forms.Form) -> list[str]:
+    """Every message of an invalid form, prefixed with its field's name."""
+    messages: list[str] = []
+    for field_name, errors in form.errors.items():
+        label = "" if field_name == "__all__" else f"{field_name}: "
+        messages.extend(f"{label}{error}" for error in errors)
+    return messages

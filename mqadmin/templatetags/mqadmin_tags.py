@@ -1,0 +1,273 @@
+"""Template helpers of the dashboard: times, durations, state badges, JSON, links.
+
+Everything that writes HTML escapes its input (``format_html`` / ``escape``): job
+payloads, names and ids are user data and may hold markup.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+from django import template
+from django.utils.html import escape, format_html
+from django.utils.safestring import SafeString, mark_safe
+
+from mqadmin import forms as mq_forms
+from mqadmin.dashboard import JobQuery
+
+register = template.Library()
+
+#: JSON strings longer than this are cut in the highlighted view (the full text is one click away).
+LONG_STRING = 240
+#: Highlighted JSON longer than this many lines starts collapsed behind a summary.
+LONG_JSON_LINES = 40
+
+
+def _datetime(ms: int | float) -> datetime:
+    return datetime.fromtimestamp(int(ms) / 1000, UTC)
+
+
+def absolute(ms: int | float | None) -> str:
+    """``2026-12-02 17:33:05.120 UTC``."""
+    if ms is None:
+        return ""
+    return _datetime(ms).strftime("%Y-%m-%d %H:%M:%S.") + f"{int(ms) % 1000:03d} UTC"
+
+
+def relative(ms: int | float, now: int | float | None = None) -> str:
+    """``3 min ago`` / ``in 25 s`` (now: the wall clock, unless given)."""
+    reference = int(now if now is not None else time.time() * 1000)
+    delta = int(ms) - reference
+    words = duration_words(abs(delta), coarse=True)
+    if abs(delta) < 1000:
+        return "just now"
+    return f"in {words}" if delta > 0 else f"{words} ago"
+
+
+def duration_words(ms: int | float | None, coarse: bool = False) -> str:
+    """``340 ms``, ``2.1 s``, ``3 min 4 s``, ``2 h 5 min``, ``3 d 4 h``."""
+    if ms is None:
+        return ""
+    ms = int(ms)
+    if ms < 1000:
+        return f"{ms} ms"
+    seconds = ms / 1000
+    if seconds < 60:
+        return f"{int(seconds)} s" if coarse else f"{seconds:.1f} s"
+    minutes, secs = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes} min" if coarse or not secs else f"{minutes} min {secs} s"
+    hours, mins = divmod(minutes, 60)
+    if hours < 48:
+        return f"{hours} h" if not mins else f"{hours} h {mins} min"
+    days, hrs = divmod(hours, 24)
+    return f"{days} d" if not hrs else f"{days} d {hrs} h"
+
+
+@register.simple_tag
+def reltime(ms: int | float | None, now: int | None = None) -> SafeString:
+    """A relative time with the absolute UTC time as tooltip and machine-readable value."""
+    if ms is None or ms == "":
+        return mark_safe('<span class="muted">—</span>')
+    return format_html(
+        '<time datetime="{}" title="{}">{}</time>',
+        _datetime(ms).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+        absolute(ms),
+        relative(ms, now),
+    )
+
+
+@register.simple_tag
+def abstime(ms: int | float | None, tz: str | None = None) -> SafeString:
+    """An absolute time (in ``tz`` when given, with the UTC time as tooltip)."""
+    if ms is None or ms == "":
+        return mark_safe('<span class="muted">—</span>')
+    moment = _datetime(ms)
+    shown = moment.strftime("%Y-%m-%d %H:%M:%S UTC")
+    if tz and tz != "UTC":
+        from zoneinfo import ZoneInfo
+
+        shown = moment.astimezone(ZoneInfo(tz)).strftime("%a %Y-%m-%d %H:%M %Z")
+    return format_html(
+        '<time datetime="{}" title="{}">{}</time>',
+        moment.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+        absolute(ms),
+        shown,
+    )
+
+
+@register.simple_tag
+def countdown(until_ms: int | None, now: int | None = None) -> SafeString:
+    """A live countdown to ``until_ms`` (``app.js`` ticks it; the text is right without JS)."""
+    if until_ms is None:
+        return mark_safe('<span class="muted">—</span>')
+    return format_html(
+        '<time class="countdown" data-until="{}" datetime="{}" title="{}">{}</time>',
+        int(until_ms),
+        _datetime(until_ms).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+        absolute(until_ms),
+        relative(until_ms, now),
+    )
+
+
+@register.filter
+def epoch_ms(moment: datetime | None) -> int | None:
+    """A datetime as epoch milliseconds (for ``reltime`` on database timestamps)."""
+    return None if moment is None else int(moment.timestamp() * 1000)
+
+
+@register.filter
+def duration(ms: int | float | None) -> str:
+    return duration_words(ms)
+
+
+@register.filter
+def took(record: Any) -> str:
+    """How long a finished job's last run took (finished - last claimed)."""
+    finished = getattr(record, "finished_at", None)
+    processed = getattr(record, "processed_at", None)
+    if finished is None or processed is None:
+        return ""
+    return duration_words(max(0, int(finished) - int(processed)))
+
+
+@register.filter
+def keep_words(keep: Any) -> str:
+    """A KeepPolicy in words: "completed: last 100, 7 d; failed: 30 d"."""
+    parts: list[str] = []
+    for state in ("completed", "failed", "cancelled"):
+        policy = getattr(keep, state, None)
+        if policy is None:
+            continue
+        rules = []
+        if policy.count is not None:
+            rules.append(f"last {policy.count}")
+        if policy.age_ms:
+            rules.append(f"{duration_words(policy.age_ms)}")
+        parts.append(f"{state}: {', '.join(rules) or 'kept'}")
+    return "; ".join(parts) or "store default"
+
+
+@register.filter
+def since(ms: int | float | None, now: int | None = None) -> str:
+    """How long ago ``ms`` was, as a duration ("3 min")."""
+    if ms is None:
+        return ""
+    reference = int(now if now is not None else time.time() * 1000)
+    return duration_words(max(0, reference - int(ms)), coarse=True)
+
+
+@register.filter
+def get(mapping: Any, key: str) -> Any:
+    """``counts|get:"waiting-children"`` (template variables cannot hold dashes)."""
+    try:
+        return mapping.get(key)
+    except AttributeError:
+        return None
+
+
+@register.simple_tag
+def state_badge(state: str) -> SafeString:
+    return format_html('<span class="badge state-{}">{}</span>', state, state)
+
+
+@register.simple_tag
+def outcome_badge(outcome: str) -> SafeString:
+    return format_html('<span class="badge outcome-{}">{}</span>', outcome, outcome)
+
+
+@register.simple_tag
+def explorer_qs(query: JobQuery, **overrides: Any) -> str:
+    """The explorer's query string for ``query`` with some fields replaced."""
+    return mq_forms.query_string(query, **overrides)
+
+
+@register.filter
+def is_missing(value: Any) -> bool:
+    from store import MISSING
+
+    return value is MISSING
+
+
+# ---------------------------------------------------------------------- JSON
+
+
+def _highlight(value: Any, depth: int, state: dict[str, int]) -> str:
+    pad = "  " * depth
+    inner = "  " * (depth + 1)
+    if isinstance(value, dict):
+        if not value:
+            return '<span class="j-punct">{}</span>'
+        items = [
+            f'{inner}<span class="j-key">{escape(json.dumps(str(k), ensure_ascii=False))}</span>'
+            f'<span class="j-punct">:</span> {_highlight(v, depth + 1, state)}'
+            for k, v in value.items()
+        ]
+        return (
+            '<span class="j-punct">{</span>\n'
+            + ",\n".join(items)
+            + f'\n{pad}<span class="j-punct">}}</span>'
+        )
+    if isinstance(value, list | tuple):
+        if not value:
+            return '<span class="j-punct">[]</span>'
+        items = [f"{inner}{_highlight(v, depth + 1, state)}" for v in value]
+        return (
+            '<span class="j-punct">[</span>\n'
+            + ",\n".join(items)
+            + f'\n{pad}<span class="j-punct">]</span>'
+        )
+    if isinstance(value, str):
+        text = json.dumps(value, ensure_ascii=False)
+        if len(text) > LONG_STRING:
+            state["cut"] += 1
+            return (
+                f'<span class="j-str">{escape(text[:LONG_STRING])}</span>'
+                f'<span class="j-more">… +{len(text) - LONG_STRING:,} characters</span>'
+            )
+        return f'<span class="j-str">{escape(text)}</span>'
+    if isinstance(value, bool) or value is None:
+        return f'<span class="j-lit">{escape(json.dumps(value))}</span>'
+    if isinstance(value, int | float):
+        return f'<span class="j-num">{escape(json.dumps(value))}</span>'
+    return f'<span class="j-str">{escape(json.dumps(str(value), ensure_ascii=False))}</span>'
+
+
+@register.simple_tag
+def json_block(value: Any, label: str = "JSON") -> SafeString:
+    """Pretty-printed, highlighted, escaped JSON; long strings cut with the full text one click away."""
+    from store import MISSING
+
+    if value is MISSING:
+        return mark_safe('<p class="muted">absent</p>')
+    full = json.dumps(value, indent=2, ensure_ascii=False, default=str)
+    state = {"cut": 0}
+    highlighted = _highlight(value, 0, state)
+    lines = highlighted.count("\n") + 1
+    body = f'<pre class="json">{highlighted}</pre>'
+    if lines > LONG_JSON_LINES:
+        body = (
+            f'<details class="json-long"><summary>{escape(label)}: {lines} lines — show</summary>'
+            f"{body}</details>"
+        )
+    if state["cut"]:
+        body += (
+            f'<details class="json-full"><summary>Full {escape(label)} '
+            f"({len(full):,} characters, nothing cut)</summary>"
+            f'<pre class="json raw">{escape(full)}</pre></details>'
+        )
+    return mark_safe(body)  # every piece above was escaped
+
+
+@register.simple_tag
+def short_json(value: Any, limit: int = 80) -> str:
+    """One line of JSON, cut at ``limit`` characters (autoescaped by the template)."""
+    from store import MISSING
+
+    if value is MISSING:
+        return ""
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -1,0 +1,31 @@
+"""Views of the mqadmin dashboard, one module per area (see ``mqadmin/urls.py``)."""
+
+from __future__ import annotations
+
+from mqadmin.views.actions import job_action, queue_action, schedule_action
+from mqadmin.views.bulk import bulk_preview, bulk_run, bulk_selected
+from mqadmin.views.common import HtmxHttpRequest
+from mqadmin.views.flows import flow
+from mqadmin.views.jobs import explorer, job, lookup
+from mqadmin.views.operations import audit, indexes, outbox, schedules
+from mqadmin.views.overview import home, throughput
+
+__all__ = [
+    "HtmxHttpRequest",
+    "audit",
+    "bulk_preview",
+    "bulk_run",
+    "bulk_selected",
+    "explorer",
+    "flow",
+    "home",
+    "indexes",
+    "job",
+    "job_action",
+    "lookup",
+    "outbox",
+    "queue_action",
+    "schedule_action",
+    "schedules",
+    "throughput",
+]

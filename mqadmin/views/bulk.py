@@ -1,0 +1,151 @@
+"""Bulk actions: on ticked rows, or on everything matching a filter (preview first).
+
+"All matching this filter" never runs blind: the preview shows how many jobs match
+(exact from counters when the filter allows, else counted up to a cap) and a sample;
+the run then works through the matches in chunks of single store operations, at
+most ``dashboard.BULK_MAX_ITEMS`` per request, with a per-item result and a
+"continue" button carrying the cursor where it stopped.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import HttpRequest, HttpResponse
+from django.views.decorators.http import require_GET, require_POST
+
+from mqadmin import dashboard, forms, permissions
+from mqadmin.models import AuditEntry
+from mqadmin.views.common import dashboard_view, denied, error_page, page
+
+RESULT = "mqadmin/bulk.html"
+#: Ids written into one audit entry's params (the rest are counted).
+AUDIT_IDS = 100
+
+
+def _refuse(request: HttpRequest, verb: str, store: str, target: str, reason: str) -> HttpResponse:
+    AuditEntry.record(
+        request.user,
+        f"bulk_{verb}",
+        store=store,
+        target=target,
+        result=f"refused: {reason}",
+        ok=False,
+    )
+    return denied(request, reason)
+
+
+def _summary(verb: str, succeeded: int, failed: int) -> str:
+    return f"{verb}: {succeeded:,} succeeded, {failed:,} failed"
+
+
+@require_POST
+@dashboard_view
+def bulk_selected(request: HttpRequest) -> HttpResponse:
+    """Apply a verb to the rows ticked on an explorer page."""
+    form = forms.BulkSelectedForm(request.POST)
+    if not form.is_valid():
+        return error_page(request, 400, "Cannot run that bulk action", forms.form_errors(form))
+    store_name = form.cleaned_data["store"]
+    verb = form.cleaned_data["verb"]
+    ids: list[str] = form.cleaned_data["ids"]
+    target = f"{len(ids)} selected jobs"
+    reason = permissions.bulk_denial(request.user, verb)
+    if reason:
+        return _refuse(request, verb, store_name, target, reason)
+    items = dashboard.bulk_ids(store_name, verb, ids)
+    succeeded = sum(1 for item in items if item.ok)
+    AuditEntry.record(
+        request.user,
+        f"bulk_{verb}",
+        store=store_name,
+        target=target,
+        params={"ids": ids[:AUDIT_IDS], "count": len(ids)},
+        result=_summary(verb, succeeded, len(items) - succeeded),
+        ok=succeeded == len(items),
+    )
+    run = dashboard.BulkRun(items, None, 0)
+    context: dict[str, Any] = {
+        "mode": "selected",
+        "verb": verb,
+        "store": store_name,
+        "run": run,
+        "back": form.cleaned_data["next"],
+    }
+    return page(request, RESULT, context)
+
+
+def _filter_form(data: Any) -> forms.BulkFilterForm:
+    return forms.BulkFilterForm(data)
+
+
+@require_GET
+@dashboard_view
+def bulk_preview(request: HttpRequest) -> HttpResponse:
+    """How many jobs the filter matches and ten of them, before anything runs."""
+    form = _filter_form(request.GET)
+    if not form.is_valid():
+        return error_page(request, 400, "Cannot preview that bulk action", forms.form_errors(form))
+    query = form.to_query(dashboard.store_names()[0])
+    verb = form.cleaned_data["verb"]
+    reason = permissions.bulk_denial(request.user, verb)
+    if reason:
+        return denied(request, reason)
+    try:
+        preview = dashboard.bulk_preview(query)
+    except dashboard.QueryRefused as exc:
+        return error_page(request, 400, "The store cannot serve that filter", [exc.message])
+    context = {
+        "mode": "preview",
+        "verb": verb,
+        "store": query.store,
+        "query": query,
+        "preview": preview,
+        "max_items": dashboard.BULK_MAX_ITEMS,
+        "chunk": dashboard.BULK_CHUNK,
+    }
+    return page(request, RESULT, context)
+
+
+@require_POST
+@dashboard_view
+def bulk_run(request: HttpRequest) -> HttpResponse:
+    """Run the verb over the filter's matches (from ``resume`` on), one bounded request at a time."""
+    form = _filter_form(request.POST)
+    if not form.is_valid():
+        return error_page(request, 400, "Cannot run that bulk action", forms.form_errors(form))
+    query = form.to_query(dashboard.store_names()[0])
+    verb = form.cleaned_data["verb"]
+    resume = form.cleaned_data.get("resume")
+    target = query.describe()
+    reason = permissions.bulk_denial(request.user, verb)
+    if reason:
+        return _refuse(request, verb, query.store, target, reason)
+    try:
+        run = dashboard.bulk_filter(query, verb, resume)
+    except dashboard.QueryRefused as exc:
+        return error_page(request, 400, "The store cannot serve that filter", [exc.message])
+    AuditEntry.record(
+        request.user,
+        f"bulk_{verb}",
+        store=query.store,
+        target=target,
+        params={
+            "filter": target,
+            "resumed_from": resume,
+            "stopped_at": run.resume,
+            "count": len(run.items),
+            "ids": [item.job_id for item in run.items[:AUDIT_IDS]],
+        },
+        result=_summary(verb, run.succeeded, len(run.failed)),
+        ok=not run.failed,
+    )
+    context = {
+        "mode": "filter",
+        "verb": verb,
+        "store": query.store,
+        "query": query,
+        "run": run,
+        "max_items": dashboard.BULK_MAX_ITEMS,
+    }
+    return page(request, RESULT, context)

@@ -1,0 +1,150 @@
+"""What every dashboard view shares: login, error pages, htmx partials, the CSP header.
+
+* :func:`dashboard_view` wraps a view: anonymous users go to the login page (htmx
+  requests get an ``HX-Redirect`` instead of a login form swapped into a table), a
+  store that cannot be reached becomes a 503 page naming it, and an unknown store
+  name in a URL a 404.
+* :func:`page` renders a page, or only its named partial when htmx asks for a swap.
+* Every response of the dashboard carries a strict Content-Security-Policy: no
+  inline scripts or styles anywhere, so an escaping slip cannot run code.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from functools import wraps
+from typing import Any
+from urllib.parse import urlencode
+
+from django.conf import settings
+from django.contrib.auth.views import redirect_to_login
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.urls import reverse
+from django_htmx.middleware import HtmxDetails
+
+from mqadmin import dashboard, permissions
+
+logger = logging.getLogger(__name__)
+
+CONTENT_SECURITY_POLICY = (
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "object-src 'none'; base-uri 'none'; frame-ancestors 'none'; form-action 'self'"
+)
+
+View = Callable[..., HttpResponse]
+
+
+class HtmxHttpRequest(HttpRequest):
+    """An ``HttpRequest`` as ``HtmxMiddleware`` leaves it (for type checkers)."""
+
+    htmx: HtmxDetails
+
+
+def wants_partial(request: HttpRequest) -> bool:
+    """An htmx swap (not a boosted navigation, not a history restore) wants only a fragment."""
+    htmx = getattr(request, "htmx", None)
+    if not htmx:
+        return False
+    return not htmx.boosted and not htmx.history_restore_request
+
+
+def base_context(request: HttpRequest) -> dict[str, Any]:
+    user = request.user
+    return {
+        "can": permissions.allowed_actions(user),
+        "read_only": permissions.read_only(),
+        "can_view_payload": permissions.can_view_payload(user),
+        "can_view_audit": permissions.can_view_audit(user),
+        "hidden_value": permissions.HIDDEN_VALUE,
+        "store_names": dashboard.store_names(),
+    }
+
+
+def secure(response: HttpResponse) -> HttpResponse:
+    response["Content-Security-Policy"] = CONTENT_SECURITY_POLICY
+    return response
+
+
+def page(
+    request: HttpRequest,
+    template: str,
+    context: dict[str, Any],
+    *,
+    partial: str | None = None,
+    status: int = 200,
+) -> HttpResponse:
+    """Render ``template`` (or its ``partial`` for an htmx swap) with the shared context."""
+    name = f"{template}#{partial}" if partial and wants_partial(request) else template
+    response = render(request, name, {**base_context(request), **context}, status=status)
+    return secure(response)
+
+
+def error_page(
+    request: HttpRequest,
+    status: int,
+    title: str,
+    problems: list[str],
+    **extra: Any,
+) -> HttpResponse:
+    """A small page (or, for htmx, the message block alone) explaining what went wrong."""
+    return page(
+        request,
+        "mqadmin/error.html",
+        {"status": status, "title": title, "problems": problems, **extra},
+        partial="error",
+        status=status,
+    )
+
+
+def denied(request: HttpRequest, message: str) -> HttpResponse:
+    return error_page(request, 403, "Not allowed", [message])
+
+
+def dashboard_view(view: View) -> View:
+    """Login required; store trouble and unknown stores become friendly pages."""
+
+    @wraps(view)
+    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if not request.user.is_authenticated:
+            return login_redirect(request)
+        try:
+            return view(request, *args, **kwargs)
+        except dashboard.StoreUnavailable as exc:
+            return error_page(
+                request,
+                503,
+                f"Store “{exc.store}” is unavailable",
+                [
+                    exc.message,
+                    "Check that its Redis is running and reachable (MQ_STORES / MQ_REDIS_URL), "
+                    "then reload this page.",
+                ],
+                store=exc.store,
+            )
+        except dashboard.UnknownStore as exc:
+            return error_page(
+                request,
+                404,
+                "No such store",
+                [
+                    f"There is no store named “{exc.args[0]}” in MQ_STORES "
+                    f"(configured: {', '.join(dashboard.store_names())})."
+                ],
+            )
+
+    return wrapper
+
+
+def login_redirect(request: HttpRequest) -> HttpResponse:
+    """Send an anonymous visitor to the login page, coming back here afterwards."""
+    if getattr(request, "htmx", None):
+        # A polling fragment must not swap the login form into the page: send the
+        # whole tab to the login page, returning to the page it was showing.
+        current = request.htmx.current_url_abs_path or request.get_full_path()
+        login_url = reverse(settings.LOGIN_URL)
+        response = HttpResponse(status=401)
+        response["HX-Redirect"] = f"{login_url}?{urlencode({'next': current})}"
+        return response
+    return redirect_to_login(request.get_full_path())

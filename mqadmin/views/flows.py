@@ -1,0 +1,52 @@
+"""The flow page: counters, one page of children, nested flows on demand, why it waits."""
+
+from __future__ import annotations
+
+import secrets
+
+from django.http import HttpResponse
+from django.views.decorators.http import require_GET
+
+from mqadmin import dashboard, forms
+from mqadmin.views.common import HtmxHttpRequest, dashboard_view, error_page, page
+
+
+@require_GET
+@dashboard_view
+def flow(request: HtmxHttpRequest, store: str, flow_id: str) -> HttpResponse:
+    """A flow parent and one page of its children (``cursor`` = the last child key seen).
+
+    The store pages children forward only (by child key), so "previous" is a trail of
+    the earlier pages' cursors in the query string (at most 20; deeper than that the
+    trail restarts from the first page).  ``embed=1`` from htmx returns the nested
+    block a parent page shows when a child flow is expanded: one level per click,
+    never a tree walk.
+    """
+    form = forms.FlowPageForm(request.GET)
+    if not form.is_valid():
+        return error_page(request, 400, "Bad flow page request", forms.form_errors(form))
+    cursor = form.cleaned_data["cursor"]
+    trail = form.cleaned_data["trail"]
+    embed = form.cleaned_data["embed"]
+    view = dashboard.flow_view(store, flow_id, cursor, limit=dashboard.FLOW_PAGE)
+    if view is None:
+        return error_page(
+            request, 404, "No such flow", [f"Store “{store}” has no job with id “{flow_id}”."]
+        )
+    # The trail of the page after this one: this page's cursor appended ("" = first page).
+    next_trail = [*trail, cursor or ""][-forms.MAX_FLOW_TRAIL :]
+    previous_cursor = trail[-1] if trail else None
+    context = {
+        "view": view,
+        "job": view.record,
+        "store": store,
+        "cursor": cursor,
+        "next_trail": next_trail,
+        "previous_cursor": previous_cursor,
+        "previous_trail": trail[:-1],
+        "has_previous": cursor is not None,
+        # Element ids of nested blocks must not collide with the page's or each other's.
+        "uid": secrets.token_hex(4),
+    }
+    partial = "nested" if embed else "children"
+    return page(request, "mqadmin/flow.html", context, partial=partial)

@@ -1,0 +1,114 @@
+"""The job explorer, the lookup box and the job page."""
+
+from __future__ import annotations
+
+from django.http import HttpResponse
+from django.shortcuts import redirect
+from django.urls import reverse
+from django.views.decorators.http import require_GET
+
+from mqadmin import dashboard, forms
+from mqadmin.views.common import HtmxHttpRequest, dashboard_view, error_page, page, wants_partial
+
+EXPLORER = "mqadmin/jobs.html"
+
+
+def _default_store() -> str:
+    names = dashboard.store_names()
+    return names[0] if names else "default"
+
+
+@require_GET
+@dashboard_view
+def explorer(request: HtmxHttpRequest) -> HttpResponse:
+    """Filtered, ordered, cursor-paged jobs of one store; every page is a permalink.
+
+    A malformed query string answers 400 with the form's messages; a combination
+    the store cannot serve (ordering by run time without a queue, a disabled index)
+    answers 400 with the reason next to the control that caused it.
+    """
+    form = forms.JobFilterForm(request.GET)
+    store_name = _default_store()
+    context = {"form": form, "states": dashboard.STATES, "order_labels": dashboard.ORDER_LABELS}
+    if not form.is_valid():
+        return page(
+            request,
+            EXPLORER,
+            {
+                **context,
+                "store": form["store"].value() or store_name,
+                "errors": forms.form_errors(form),
+            },
+            partial="results",
+            status=400,
+        )
+    query = form.to_query(store_name)
+    context.update(query=query, store=query.store, meta_pairs=list(query.metadata.items()))
+    try:
+        result = dashboard.explore(query)
+    except dashboard.QueryRefused as exc:
+        form.add_error(exc.field if exc.field in form.fields else None, exc.message)
+        return page(
+            request,
+            EXPLORER,
+            {**context, "errors": forms.form_errors(form), "refused": exc.message},
+            partial="results",
+            status=400,
+        )
+    context["result"] = result
+    if not wants_partial(request):
+        # Suggestions for the name and queue boxes (full page only: a swap keeps the form).
+        context["known_names"] = dashboard.job_names(query.store)
+        context["known_queues"] = dashboard.queue_names(query.store)
+    return page(request, EXPLORER, context, partial="results")
+
+
+@require_GET
+@dashboard_view
+def lookup(request: HtmxHttpRequest) -> HttpResponse:
+    """The id box: straight to the job's page, or a 404 that says where it looked."""
+    form = forms.JobLookupForm(request.GET)
+    if not form.is_valid():
+        return error_page(request, 400, "Cannot look that up", forms.form_errors(form))
+    store_name = form.cleaned_data["store"]
+    job_id = form.cleaned_data["id"]
+    detail = dashboard.job_detail(store_name, job_id)
+    if detail is None:
+        return error_page(
+            request,
+            404,
+            "No such job",
+            [f"Store “{store_name}” has no job with id “{job_id}”."],
+            lookup_store=store_name,
+            lookup_id=job_id,
+        )
+    return redirect(reverse("job", args=[store_name, job_id]))
+
+
+@require_GET
+@dashboard_view
+def job(request: HtmxHttpRequest, store: str, job_id: str) -> HttpResponse:
+    """Every field of one job, its attempt ledger, lock and dedupe state, and its actions.
+
+    While the job is not finished the summary refreshes itself (htmx partial
+    ``summary``), so a retried job can be watched as it moves on.
+    """
+    detail = dashboard.job_detail(store, job_id)
+    if detail is None:
+        return error_page(
+            request,
+            404,
+            "No such job",
+            [
+                f"Store “{store}” has no job with id “{job_id}”. It may have been removed, "
+                "or pruned by its retention policy."
+            ],
+            lookup_store=store,
+            lookup_id=job_id,
+        )
+    return page(
+        request,
+        "mqadmin/job_detail.html",
+        {"detail": detail, "job": detail.record, "store": store},
+        partial="summary",
+    )

@@ -1,0 +1,98 @@
+"""Operations pages: the outbox backlog, index status, schedules and the audit log."""
+
+from __future__ import annotations
+
+from django.db.models import Q
+from django.http import HttpResponse
+from django.views.decorators.http import require_GET
+
+from mqadmin import dashboard, forms, permissions
+from mqadmin.models import AuditEntry
+from mqadmin.views.common import HtmxHttpRequest, dashboard_view, denied, error_page, page
+
+AUDIT_PAGE = 50
+
+
+@require_GET
+@dashboard_view
+def outbox(request: HtmxHttpRequest) -> HttpResponse:
+    """Per store: outbox depth, oldest entry, routes of live workers; one store's entries paged."""
+    form = forms.OutboxPageForm(request.GET)
+    if not form.is_valid():
+        return error_page(request, 400, "Bad outbox request", forms.form_errors(form))
+    summaries = dashboard.outbox_overview()
+    selected_name = form.cleaned_data.get("store") or next(
+        (s.store for s in summaries if s.depth and not s.error), None
+    )
+    selected = next((s for s in summaries if s.store == selected_name), None)
+    entries = None
+    if selected is not None and selected.error is None:
+        entries = dashboard.outbox_page(selected, form.cleaned_data.get("after"))
+    context = {
+        "summaries": summaries,
+        "selected": selected,
+        "entries": entries,
+        "after": form.cleaned_data.get("after"),
+    }
+    return page(request, "mqadmin/outbox.html", context, partial="entries")
+
+
+@require_GET
+@dashboard_view
+def indexes(request: HtmxHttpRequest) -> HttpResponse:
+    """Per store and index kind: enabled, ready marker, zsets and members, warnings, commands."""
+    return page(
+        request, "mqadmin/indexes.html", {"stores": dashboard.index_overview()}, partial="indexes"
+    )
+
+
+@require_GET
+@dashboard_view
+def schedules(request: HtmxHttpRequest) -> HttpResponse:
+    """Every schedule: cadence in words, time zone, next five runs, overdue flag, actions."""
+    return page(
+        request,
+        "mqadmin/schedules.html",
+        {"stores": dashboard.schedules_overview()},
+        partial="schedules",
+    )
+
+
+@require_GET
+@dashboard_view
+def audit(request: HtmxHttpRequest) -> HttpResponse:
+    """The audit log, newest first, paged by entry number (needs the audit view permission)."""
+    if not permissions.can_view_audit(request.user):
+        return denied(
+            request,
+            "You need the “view_auditentry” permission to see the audit log.",
+        )
+    form = forms.AuditFilterForm(request.GET)
+    if not form.is_valid():
+        return error_page(request, 400, "Bad audit log request", forms.form_errors(form))
+    data = form.cleaned_data
+    entries = AuditEntry.objects.select_related("user").order_by("-id")
+    if data.get("before"):
+        entries = entries.filter(id__lt=data["before"])
+    if data.get("action"):
+        entries = entries.filter(action=data["action"])
+    if data.get("user"):
+        entries = entries.filter(Q(username=data["user"]))
+    if data.get("store"):
+        entries = entries.filter(store=data["store"])
+    if data.get("outcome"):
+        entries = entries.filter(ok=data["outcome"] == "ok")
+    rows = list(entries[: AUDIT_PAGE + 1])
+    more = len(rows) > AUDIT_PAGE
+    rows = rows[:AUDIT_PAGE]
+    filters = {k: v for k, v in data.items() if k != "before" and v}
+    context = {
+        "form": form,
+        "entries": rows,
+        "next_before": rows[-1].id if more and rows else None,
+        "filters": filters,
+        "actions": list(
+            AuditEntry.objects.order_by().values_list("action", flat=True).distinct()[:100]
+        ),
+    }
+    return page(request, "mqadmin/audit.html", context, partial="entries")

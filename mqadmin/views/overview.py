@@ -1,0 +1,49 @@
+"""The overview: every store × queue × state, paused queues, oldest waiting, throughput."""
+
+from __future__ import annotations
+
+from django.http import HttpResponse
+from django.views.decorators.http import require_GET
+
+from mqadmin import dashboard
+from mqadmin.views.common import HtmxHttpRequest, dashboard_view, page, wants_partial
+
+
+@require_GET
+@dashboard_view
+def home(request: HtmxHttpRequest) -> HttpResponse:
+    """Counts per store, queue and state from the O(1) counters, plus the throughput chart.
+
+    The page polls ``#stores`` every 5 s (paused while the tab is hidden, see app.js);
+    that swap does not redraw the chart, which has its own slower refresh.
+    """
+    partial = wants_partial(request)
+    boards = dashboard.overview(with_chart=not partial)
+    return page(
+        request,
+        "mqadmin/home.html",
+        {
+            "boards": boards,
+            "stores": [board.overview for board in boards],
+            "states": dashboard.STATES,
+        },
+        partial="stores",
+    )
+
+
+@require_GET
+@dashboard_view
+def throughput(request: HtmxHttpRequest) -> HttpResponse:
+    """The throughput charts alone (htmx refresh); the whole overview otherwise."""
+    partial = wants_partial(request)
+    boards = dashboard.throughput_boards() if partial else dashboard.overview(with_chart=True)
+    return page(
+        request,
+        "mqadmin/home.html",
+        {
+            "boards": boards,
+            "stores": [board.overview for board in boards],
+            "states": dashboard.STATES,
+        },
+        partial="throughput",
+    )

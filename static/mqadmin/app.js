@@ -1,0 +1,116 @@
+/* mqadmin: the little behaviour the pages need, without inline scripts (CSP) or frameworks.
+ *
+ * - Polling fragments (class "poll") skip their request while the tab is hidden and
+ *   refresh at once when it becomes visible again ("mq:visible" on <body>).
+ * - Lock-expiry countdowns (<time class="countdown" data-until="epoch ms">) tick every second.
+ * - "Select all" checkboxes, a live count of selected rows, and buttons that need a selection.
+ * - Buttons with data-confirm ask before submitting their form.
+ * - "/" focuses the job id lookup box.
+ * - Changing the explorer's store reloads the whole page (names, queues and headings change).
+ * - "Expand flow" toggles: a second click collapses the nested flow instead of reloading it.
+ * Everything uses event delegation, so content swapped in by htmx works without re-binding.
+ */
+(function () {
+  "use strict";
+
+  document.addEventListener("htmx:beforeRequest", function (event) {
+    var source = event.detail && event.detail.elt;
+    if (!source || !source.classList) { return; }
+    if (document.hidden && source.classList.contains("poll")) {
+      event.preventDefault();
+    }
+    if (source.classList.contains("nested-toggle")) {
+      var box = document.getElementById(source.getAttribute("aria-controls"));
+      if (box && box.childElementCount) {
+        event.preventDefault();
+        box.replaceChildren();
+        source.textContent = "Expand flow";
+        source.setAttribute("aria-expanded", "false");
+      }
+    }
+  });
+
+  document.addEventListener("htmx:afterSwap", function (event) {
+    var box = event.detail && event.detail.target;
+    if (box && box.classList && box.classList.contains("nested") && box.id) {
+      var toggle = document.querySelector('[aria-controls="' + box.id + '"]');
+      if (toggle) {
+        toggle.textContent = "Collapse flow";
+        toggle.setAttribute("aria-expanded", "true");
+      }
+    }
+  });
+
+  document.addEventListener("visibilitychange", function () {
+    if (!document.hidden && document.body) {
+      document.body.dispatchEvent(new CustomEvent("mq:visible"));
+    }
+  });
+
+  function words(ms) {
+    var abs = Math.abs(ms);
+    var s = Math.floor(abs / 1000);
+    var text;
+    if (s < 60) { text = s + " s"; }
+    else if (s < 3600) { text = Math.floor(s / 60) + " min " + (s % 60) + " s"; }
+    else { text = Math.floor(s / 3600) + " h " + Math.floor((s % 3600) / 60) + " min"; }
+    return ms >= 0 ? "in " + text : "expired " + text + " ago";
+  }
+
+  function tick() {
+    var now = Date.now();
+    document.querySelectorAll("time.countdown[data-until]").forEach(function (el) {
+      var until = parseInt(el.getAttribute("data-until"), 10);
+      if (!isNaN(until)) {
+        el.textContent = words(until - now);
+        el.classList.toggle("expired", until < now);
+      }
+    });
+  }
+  setInterval(tick, 1000);
+
+  function selectionState(root) {
+    document.querySelectorAll("[data-needs-selection]").forEach(function (button) {
+      var boxes = document.querySelectorAll(button.getAttribute("data-needs-selection"));
+      var checked = 0;
+      boxes.forEach(function (box) { if (box.checked) { checked += 1; } });
+      button.disabled = checked === 0;
+      var form = button.closest("form");
+      var counter = form && form.querySelector(".selected-count");
+      if (counter) { counter.textContent = checked ? checked + " selected" : "none selected"; }
+    });
+  }
+
+  document.addEventListener("change", function (event) {
+    var target = event.target;
+    if (target.matches && target.matches("input.select-all[data-select]")) {
+      document.querySelectorAll(target.getAttribute("data-select")).forEach(function (box) {
+        box.checked = target.checked;
+      });
+    }
+    if (target.matches && target.matches("input[type=checkbox]")) { selectionState(); }
+    // Another store means other names, queues and headings: load the whole page for it
+    // (a native submit, not the form's htmx swap of the results).
+    if (target.matches && target.matches("select[data-full-reload]") && target.form) {
+      target.form.submit();
+    }
+  });
+
+  document.addEventListener("click", function (event) {
+    var button = event.target.closest && event.target.closest("[data-confirm]");
+    if (button && !window.confirm(button.getAttribute("data-confirm"))) {
+      event.preventDefault();
+    }
+  });
+
+  document.addEventListener("keydown", function (event) {
+    if (event.key !== "/" || event.ctrlKey || event.metaKey || event.altKey) { return; }
+    var active = document.activeElement;
+    if (active && (active.tagName === "INPUT" || active.tagName === "TEXTAREA" || active.tagName === "SELECT")) { return; }
+    var box = document.getElementById("lookup-id");
+    if (box) { event.preventDefault(); box.focus(); }
+  });
+
+  document.addEventListener("DOMContentLoaded", function () { tick(); selectionState(); });
+  document.addEventListener("htmx:afterSettle", function () { tick(); selectionState(); });
+})();

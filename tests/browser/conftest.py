@@ -1,0 +1,126 @@
+"""Browser tests: real headless Chromium (Debian's) driven by Playwright's Python package.
+
+Install both with ``bash scripts/install-browser-deps.sh`` (``make browser-deps``).
+Without them every test here is skipped with the reason, so ``make test`` on a fresh
+machine still passes.  The browser binary is ``$MQ_CHROMIUM`` or ``/usr/bin/chromium``;
+Playwright's own browser downloads (``playwright install``) are never used.
+
+Screenshots go to ``tests/browser/artifacts/`` (git-ignored) for a human to look at.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+def chromium_path() -> str | None:
+    configured = os.environ.get("MQ_CHROMIUM")
+    if configured:
+        return configured if os.access(configured, os.X_OK) else None
+    for candidate in ("/usr/bin/chromium", "/usr/bin/chromium-browser"):
+        if os.access(candidate, os.X_OK):
+            return candidate
+    return shutil.which("chromium")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Skip the browser tests, saying why, when chromium or playwright is missing."""
+    reason = None
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        reason = (
+            "playwright is not installed: run `make browser-deps` (scripts/install-browser-deps.sh)"
+        )
+    if reason is None and chromium_path() is None:
+        reason = "chromium not found (set MQ_CHROMIUM or run `make browser-deps`)"
+    if reason is None:
+        return
+    here = Path(__file__).resolve().parent
+    for item in items:
+        if Path(str(item.fspath)).resolve().is_relative_to(here):
+            item.add_marker(pytest.mark.skip(reason=reason))
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Any]:
+    from playwright.sync_api import sync_playwright
+
+    # Playwright's sync API runs an event loop in this thread; the ORM calls these tests
+    # make between browser steps are ordinary synchronous code.
+    os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    ARTIFACTS.mkdir(exist_ok=True)
+    with sync_playwright() as playwright:
+        instance = playwright.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_ARGS)
+        try:
+            yield instance
+        finally:
+            instance.close()
+
+
+class ConsoleLog:
+    """Console errors and page errors of one page (CSP violations are console errors)."""
+
+    def __init__(self) -> None:
+        self.errors: list[str] = []
+
+    def attach(self, page: Any) -> None:
+        self._page = page
+        page.on("console", self._console)
+        page.on("pageerror", lambda exc: self.errors.append(f"page error on {page.url}: {exc}"))
+
+    def _console(self, message: Any) -> None:
+        if message.type == "error":
+            where = message.location.get("url", "") if message.location else ""
+            self.errors.append(f"console error on {self._page.url} ({where}): {message.text}")
+
+
+@pytest.fixture
+def console() -> ConsoleLog:
+    return ConsoleLog()
+
+
+@pytest.fixture
+def page(browser: Any, console: ConsoleLog) -> Iterator[Any]:
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    # confirm() dialogs (data-confirm buttons) are accepted, as a user would.
+    context.on("page", lambda p: p.on("dialog", lambda d: d.accept()))
+    # Name the element and directive of any CSP violation in the console log.
+    context.add_init_script(
+        "document.addEventListener('securitypolicyviolation', e => console.error("
+        "'CSP violation: ' + e.violatedDirective + ' by ' + "
+        "(e.target && e.target.outerHTML ? e.target.outerHTML.slice(0, 160) : e.sourceFile)));"
+    )
+    tab = context.new_page()
+    tab.on("dialog", lambda dialog: dialog.accept())
+    tab.set_default_timeout(15_000)
+    console.attach(tab)
+    try:
+        yield tab
+    finally:
+        context.close()
+
+
+def shot(page: Any, name: str) -> Path:
+    """A full-page screenshot in tests/browser/artifacts/<name>.png."""
+    path = ARTIFACTS / f"{name}.png"
+    page.screenshot(path=str(path), full_page=True)
+    return path

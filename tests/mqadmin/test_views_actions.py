@@ -1,0 +1,214 @@
+"""Single actions: each does what it says, explains a wrong state, reports and is audited."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.test import Client
+
+from mqadmin.models import AuditEntry
+from store import EnqueueRequest, ScheduleRecord
+from tests.mqadmin.test_views_common import *  # noqa: F403  (the fixtures in its __all__)
+from tests.mqadmin.test_views_common import Stores, completed_job, failed_job, fan_out, text_of
+
+pytestmark = pytest.mark.django_db
+
+
+def post(client: Client, verb: str, job_id: str, **extra: str) -> Any:
+    return client.post(
+        f"/actions/job/{verb}/", {"store": "main", "job_id": job_id, **extra}, follow=True
+    )
+
+
+def test_retry_a_failed_job(stores: Stores, login: Any) -> None:
+    job_id = failed_job(stores.main)
+    client = login("retry_job")
+
+    response = post(client, "retry", job_id)
+
+    assert response.redirect_chain[-1][0] == f"/stores/main/jobs/{job_id}"
+    assert stores.main.get_job(job_id).state == "waiting"  # type: ignore[union-attr]
+    assert f"Retried {job_id}: it is waiting again." in text_of(response)
+    entry = AuditEntry.objects.get()
+    assert (entry.action, entry.store, entry.target, entry.ok) == ("retry", "main", job_id, True)
+    assert entry.username == entry.user.username  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("verb", "make", "message"),
+    [
+        (
+            "retry",
+            "completed",
+            "cannot retry {id}: the job is completed — only failed jobs can be retried",
+        ),
+        (
+            "cancel",
+            "completed",
+            "cannot cancel {id}: the job is completed — finished jobs cannot be cancelled",
+        ),
+        (
+            "promote",
+            "waiting",
+            "cannot promote {id}: the job is waiting — only delayed jobs can be promoted",
+        ),
+        (
+            "remove",
+            "active",
+            "cannot remove {id}: the job is active — active jobs and flow parents waiting for children cannot be removed",
+        ),
+    ],
+)
+def test_a_wrong_state_is_explained_and_audited_as_failed(
+    verb: str, make: str, message: str, stores: Stores, admin_client_: Client
+) -> None:
+    main = stores.main
+    if make == "completed":
+        job_id = completed_job(main)
+    else:
+        job_id = main.enqueue(EnqueueRequest(name="A", queue="q")).id
+        if make == "active":
+            main.claim(queue="q", names=["A"], token="w:1")
+
+    response = post(admin_client_, verb, job_id)
+
+    html = text_of(response)
+    expected = message.format(id=job_id)
+    assert expected[0].upper() + expected[1:] in html
+    assert 'class="message error"' in html
+    entry = AuditEntry.objects.get()
+    assert entry.action == verb and not entry.ok
+    assert main.get_job(job_id).state == make  # type: ignore[union-attr]
+
+
+def test_an_unknown_job_is_reported(stores: Stores, admin_client_: Client) -> None:
+    response = admin_client_.post(
+        "/actions/job/retry/", {"store": "main", "job_id": "ghost", "next": "/jobs/"}, follow=True
+    )
+
+    assert "Cannot retry ghost: no such job." in text_of(response)
+    assert not AuditEntry.objects.get().ok
+
+
+def test_cancel_waiting_and_active_jobs(stores: Stores, admin_client_: Client) -> None:
+    main = stores.main
+    running = main.enqueue(EnqueueRequest(name="A", queue="q")).id
+    waiting = main.enqueue(EnqueueRequest(name="A", queue="q")).id
+    main.claim(queue="q", names=["A"], token="w:1")  # claims the oldest: `running`
+
+    first = text_of(post(admin_client_, "cancel", waiting))
+    second = text_of(post(admin_client_, "cancel", running))
+
+    assert f"Cancelled {waiting}." in first
+    assert f"Cancel requested for {running}: it is running" in second
+    assert main.get_job(waiting).state == "cancelled"  # type: ignore[union-attr]
+    record = main.get_job(running)
+    assert record is not None and record.state == "active" and record.cancel_requested
+
+
+def test_promote_a_delayed_job(stores: Stores, admin_client_: Client) -> None:
+    job_id = stores.main.enqueue(EnqueueRequest(name="A", queue="q", delay_ms=3_600_000)).id
+
+    response = post(admin_client_, "promote", job_id)
+
+    assert f"Promoted {job_id}: it is waiting now." in text_of(response)
+    assert stores.main.get_job(job_id).state == "waiting"  # type: ignore[union-attr]
+
+
+def test_remove_goes_back_to_the_explorer(stores: Stores, admin_client_: Client) -> None:
+    job_id = completed_job(stores.main)
+
+    response = post(admin_client_, "remove", job_id, next=f"/stores/main/jobs/{job_id}")
+
+    assert response.redirect_chain[-1][0] == "/jobs/?store=main"
+    assert stores.main.get_job(job_id) is None
+    assert f"Removed {job_id}." in text_of(response)
+
+
+def test_cancel_a_flow_parent_waiting_for_children(stores: Stores, admin_client_: Client) -> None:
+    flow_id = fan_out(stores.main, stores.side, ["a", "b"])
+
+    post(admin_client_, "cancel", flow_id)
+
+    record = stores.main.get_job(flow_id)
+    assert record is not None and record.state == "cancelled"
+    assert record.flow is not None and record.flow.cancelled == 2
+
+
+def test_trigger_and_remove_a_schedule(stores: Stores, login: Any) -> None:
+    main = stores.main
+    main.upsert_schedule(
+        ScheduleRecord(
+            key="Digest/daily",
+            job_name="Digest",
+            queue="mail",
+            cron="0 7 * * *",
+            tz="Europe/Berlin",
+            next_run_at=main.now() + 3_600_000,
+        )
+    )
+    client = login("trigger_schedule", "remove_schedule")
+
+    triggered = client.post(
+        "/actions/schedule/trigger/", {"store": "main", "key": "Digest/daily"}, follow=True
+    )
+
+    jobs = main.list(name="Digest").items
+    assert len(jobs) == 1
+    assert f"Triggered “Digest/daily”: enqueued job {jobs[0].id}." in text_of(triggered)
+    assert triggered.redirect_chain[-1][0] == "/schedules/"
+    entry = AuditEntry.objects.get()
+    assert entry.action == "trigger_schedule" and entry.params == {"job_id": jobs[0].id}
+
+    removed = client.post(
+        "/actions/schedule/remove/", {"store": "main", "key": "Digest/daily"}, follow=True
+    )
+
+    assert "Removed schedule “Digest/daily”." in text_of(removed)
+    assert main.list_schedules() == []
+    again = client.post(
+        "/actions/schedule/trigger/", {"store": "main", "key": "Digest/daily"}, follow=True
+    )
+    assert "Cannot trigger “Digest/daily”: no such schedule." in text_of(again)
+    assert [e.ok for e in AuditEntry.objects.order_by("id")] == [True, True, False]
+
+
+def test_the_audit_log_lists_every_action_for_those_allowed_to_see_it(
+    stores: Stores, login: Any, viewer: Client
+) -> None:
+    job_id = failed_job(stores.main)
+    actor = login("retry_job", "view_auditentry")
+    post(actor, "retry", job_id)
+    post(actor, "retry", job_id)  # now waiting: refused by the store
+    viewer.post("/actions/job/remove/", {"store": "main", "job_id": job_id})  # no permission
+
+    denied = viewer.get("/audit/")
+    html = text_of(actor.get("/audit/"))
+    failed_only = text_of(actor.get("/audit/?outcome=failed"))
+    by_action = text_of(actor.get("/audit/?action=remove"))
+
+    assert denied.status_code == 403
+    assert "view_auditentry" in text_of(denied)
+    assert html.count('<tr class="ok-row">') == 1
+    assert html.count('<tr class="failed-row">') == 2
+    assert f'<a class="mono" href="/stores/main/jobs/{job_id}">{job_id}</a>' in html
+    assert "refused: You need the “remove_job” permission" in html
+    assert failed_only.count('<tr class="failed-row">') == 2
+    assert '<tr class="ok-row">' not in failed_only
+    assert by_action.count('<tr class="failed-row">') == 1
+
+
+def test_the_audit_log_pages_by_entry_number(stores: Stores, login: Any) -> None:
+    client = login("pause_queue", "view_auditentry")
+    for _ in range(55):
+        client.post("/actions/queue/pause/", {"store": "main", "queue": "q"})
+
+    first = text_of(client.get("/audit/"))
+    oldest_id = AuditEntry.objects.order_by("id").first().id  # type: ignore[union-attr]
+
+    assert first.count('<tr class="ok-row">') == 50
+    assert 'rel="next"' in first
+    second = text_of(client.get(f"/audit/?before={oldest_id + 5}"))
+    assert second.count('<tr class="ok-row">') == 5
+    assert 'rel="next"' not in second

@@ -1,0 +1,187 @@
+"""Bulk actions: ticked rows, and "all matching this filter" with preview, chunks and resume."""
+
+from __future__ import annotations
+
+import html as htmllib
+import re
+from typing import Any
+
+import pytest
+from django.test import Client
+
+from mqadmin import dashboard
+from mqadmin.models import AuditEntry
+from tests.mqadmin.test_views_common import *  # noqa: F403  (the fixtures in its __all__)
+from tests.mqadmin.test_views_common import Stores, completed_job, failed_job, text_of
+
+pytestmark = pytest.mark.django_db
+
+
+def many_failed(stores: Stores, n: int, name: str = "Charge", **kw: Any) -> list[str]:
+    return [failed_job(stores.main, name=name, queue="billing", **kw) for _ in range(n)]
+
+
+def test_the_explorer_offers_bulk_actions_to_those_allowed(
+    stores: Stores, login: Any, viewer: Client
+) -> None:
+    many_failed(stores, 2)
+
+    allowed = text_of(login("bulk_action", "retry_job").get("/jobs/?store=main"))
+    refused = text_of(viewer.get("/jobs/?store=main"))
+
+    assert 'action="/bulk/selected/"' in allowed
+    assert 'action="/bulk/preview/"' in allowed
+    assert '<option value="retry">retry</option>' in allowed
+    assert '<option value="remove">' not in allowed
+    assert allowed.count('name="ids"') == 2
+    assert "/bulk/" not in refused
+    assert 'name="ids"' not in refused
+
+
+def test_selected_rows_get_a_result_each(stores: Stores, login: Any) -> None:
+    failed = many_failed(stores, 2)
+    done = completed_job(stores.main)
+    client = login("bulk_action", "retry_job")
+
+    response = client.post(
+        "/bulk/selected/",
+        {
+            "store": "main",
+            "verb": "retry",
+            "ids": [*failed, done, "ghost"],
+            "next": "/jobs/?store=main",
+        },
+    )
+
+    assert response.status_code == 200
+    html = text_of(response)
+    assert "Bulk retry: 2 succeeded, 2 failed" in html
+    assert f"Cannot retry {done}: the job is completed — only failed jobs can be retried." in html
+    assert "Cannot retry ghost: no such job." in html
+    assert all(stores.main.get_job(j).state == "waiting" for j in failed)  # type: ignore[union-attr]
+    entry = AuditEntry.objects.get()
+    assert entry.action == "bulk_retry" and not entry.ok
+    assert entry.params["count"] == 4
+    assert entry.result == "retry: 2 succeeded, 2 failed"
+    assert 'href="/jobs/?store=main"' in html
+
+
+def test_selecting_nothing_is_a_400(stores: Stores, admin_client_: Client) -> None:
+    response = admin_client_.post("/bulk/selected/", {"store": "main", "verb": "retry"})
+
+    assert response.status_code == 400
+    assert "Select at least one job first." in text_of(response)
+
+
+def test_preview_counts_exactly_from_counters_and_shows_a_sample(
+    stores: Stores, admin_client_: Client
+) -> None:
+    ids = many_failed(stores, 12)
+
+    response = admin_client_.get("/bulk/preview/?store=main&verb=retry&state=failed&queue=billing")
+
+    html = text_of(response)
+    assert response.status_code == 200
+    assert "<strong>12</strong> jobs match this filter (exact)." in html
+    sample = re.findall(r'<td class="id"><a class="mono" href="/stores/main/jobs/([^"]+)">', html)
+    # Newest first, as the store orders them (ties within a millisecond by id string).
+    expected = [r.id for r in stores.main.list(queue="billing", states=["failed"], limit=10).items]
+    assert sample == expected and set(sample) <= set(ids)
+    assert 'action="/bulk/run/"' in html
+    assert '<input type="hidden" name="state" value="failed">' in html
+    assert "Retry these 12 jobs" in html
+
+
+def test_preview_counts_by_paging_when_counters_cannot_tell(
+    stores: Stores, admin_client_: Client
+) -> None:
+    many_failed(stores, 7, metadata={"batch": "x"})
+    many_failed(stores, 3, metadata={"batch": "y"})
+
+    html = text_of(admin_client_.get("/bulk/preview/?store=main&verb=retry&meta=batch%3Dx"))
+
+    assert "<strong>7</strong> jobs match this filter (exact)." in html
+
+
+def test_preview_stops_counting_at_its_cap(
+    stores: Stores, admin_client_: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(dashboard, "PREVIEW_CAP", 4)
+    monkeypatch.setattr(dashboard, "BULK_CHUNK", 2)
+    many_failed(stores, 9)
+
+    html = text_of(admin_client_.get("/bulk/preview/?store=main&verb=retry&name=Charge"))
+
+    assert "<strong>≥ 4</strong> jobs match this filter" in html
+    assert "Retry all matching jobs" in html
+
+
+def test_preview_of_an_unservable_filter_is_a_400(stores: Stores, admin_client_: Client) -> None:
+    response = admin_client_.get("/bulk/preview/?store=main&verb=retry&order_by=run_at")
+
+    assert response.status_code == 400
+    assert "Ordering by run time needs one queue" in text_of(response)
+
+
+def test_a_filter_run_works_in_bounded_requests_and_resumes(
+    stores: Stores, admin_client_: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(dashboard, "BULK_MAX_ITEMS", 5)
+    monkeypatch.setattr(dashboard, "BULK_CHUNK", 2)
+    ids = many_failed(stores, 12)
+    other = failed_job(stores.main, name="Other", queue="billing")
+
+    first = admin_client_.post(
+        "/bulk/run/", {"store": "main", "verb": "retry", "name": "Charge", "state": "failed"}
+    )
+
+    html = text_of(first)
+    assert "Bulk retry: 5 succeeded, 0 failed" in html
+    resume = re.search(r'<input type="hidden" name="resume" value="([^"]+)">', html)
+    assert resume
+    assert sum(stores.main.get_job(j).state == "waiting" for j in ids) == 5  # type: ignore[union-attr]
+
+    handled = 5
+    token: str | None = htmllib.unescape(resume.group(1))
+    while token:
+        page = admin_client_.post(
+            "/bulk/run/",
+            {
+                "store": "main",
+                "verb": "retry",
+                "name": "Charge",
+                "state": "failed",
+                "resume": token,
+            },
+        )
+        html = text_of(page)
+        match = re.search(r"Bulk retry: (\d+) succeeded, 0 failed", html)
+        assert match
+        handled += int(match.group(1))
+        found = re.search(r'<input type="hidden" name="resume" value="([^"]+)">', html)
+        token = htmllib.unescape(found.group(1)) if found else None
+
+    assert handled == 12
+    assert "Every job matching the filter has been handled." in html
+    assert all(stores.main.get_job(j).state == "waiting" for j in ids)  # type: ignore[union-attr]
+    assert stores.main.get_job(other).state == "failed"  # type: ignore[union-attr]
+    entries = list(AuditEntry.objects.order_by("id"))
+    assert len(entries) == 3
+    assert all(e.action == "bulk_retry" and e.ok for e in entries)
+    assert entries[0].params["stopped_at"] == entries[1].params["resumed_from"]
+    assert "name=Charge" in entries[0].target
+
+
+def test_a_filter_run_reports_jobs_the_verb_does_not_apply_to(
+    stores: Stores, admin_client_: Client
+) -> None:
+    failed = many_failed(stores, 2)
+    done = completed_job(stores.main, name="Charge", queue="billing")
+
+    html = text_of(
+        admin_client_.post("/bulk/run/", {"store": "main", "verb": "cancel", "queue": "billing"})
+    )
+
+    assert "Bulk cancel: 0 succeeded, 3 failed" in html
+    for job_id in (*failed, done):
+        assert f"Cannot cancel {job_id}: the job is" in html

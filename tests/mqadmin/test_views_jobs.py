@@ -1,0 +1,601 @@
+"""The job explorer (filters, order, keyset paging both ways, query plan, scan budget),
+the lookup box and the job page."""
+
+from __future__ import annotations
+
+import html as htmllib
+import re
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+from django.test import Client
+
+from mqadmin import services
+from store import (
+    Claimed,
+    EnqueueRequest,
+    FakeClock,
+    RedisJobStore,
+    Retry,
+)
+from store.records import DedupePolicy, TraceContext
+from tests.mqadmin.test_views_common import *  # noqa: F403  (the fixtures in its __all__)
+from tests.mqadmin.test_views_common import Stores, completed_job, failed_job, fan_out, text_of
+
+pytestmark = pytest.mark.django_db
+
+
+def row_ids(html: str) -> list[str]:
+    """Job ids of the explorer's rows, in order."""
+    table = html.split('<table class="jobs dense">', 1)
+    if len(table) < 2:
+        return []
+    body = table[1].split("</table>", 1)[0]
+    return [
+        htmllib.unescape(m)
+        for m in re.findall(r'<td class="id"><a class="mono" href="[^"]*" title="([^"]*)"', body)
+    ]
+
+
+def link(html: str, rel: str) -> str | None:
+    match = re.search(rf'<a rel="{rel}" href="([^"]*)"', html)
+    return htmllib.unescape(match.group(1)) if match else None
+
+
+def frozen_store(stores: Stores, at: int = 1_700_000_000_000) -> RedisJobStore:
+    """Another handle on the "main" prefix whose clock never moves (equal timestamps)."""
+    return RedisJobStore(
+        stores.main.client, prefix=stores.main_prefix, store_key="main", clock=FakeClock(at)
+    )
+
+
+# ---------------------------------------------------------------------- filters
+
+
+def test_filters_by_queue_name_states_and_metadata(stores: Stores, admin_client_: Client) -> None:
+    main = stores.main
+    # Created first: failed_job claims the queue's oldest waiting job.
+    e = failed_job(main, name="SendEmail", queue="emails", metadata={"tenant": "globex"})
+    a = main.enqueue(
+        EnqueueRequest(
+            name="SendEmail", queue="emails", metadata={"tenant": "acme", "tier": "gold"}
+        )
+    ).id
+    b = main.enqueue(
+        EnqueueRequest(name="SendEmail", queue="emails", metadata={"tenant": "acme"})
+    ).id
+    c = main.enqueue(
+        EnqueueRequest(name="SendEmail", queue="other", metadata={"tenant": "acme", "tier": "gold"})
+    ).id
+    d = main.enqueue(
+        EnqueueRequest(
+            name="Charge",
+            queue="emails",
+            delay_ms=60_000,
+            metadata={"tenant": "acme", "tier": "gold"},
+        )
+    ).id
+
+    def ids(query: str) -> list[str]:
+        response = admin_client_.get("/jobs/?store=main&" + query)
+        assert response.status_code == 200, text_of(response)[:1500]
+        return row_ids(text_of(response))
+
+    assert ids("") == [d, c, b, a, e]
+    assert ids("queue=emails") == [d, b, a, e]
+    assert ids("name=SendEmail") == [c, b, a, e]
+    assert ids("state=delayed&state=failed") == [d, e]
+    assert ids("meta=tenant%3Dacme&meta=tier%3Dgold") == [d, c, a]
+    assert ids("queue=emails&name=SendEmail&state=waiting&meta=tier%3Dgold") == [a]
+    assert ids("meta=&meta=tenant%3Dglobex") == [e]  # blank metadata rows are ignored
+
+
+def test_order_by_finished_and_run_time_in_both_directions(
+    stores: Stores, admin_client_: Client
+) -> None:
+    main = stores.main
+    clock = FakeClock(1_700_000_000_000)
+    handle = RedisJobStore(main.client, prefix=stores.main_prefix, store_key="main", clock=clock)
+    finished = []
+    for _ in range(3):
+        clock.advance(1000)
+        finished.append(completed_job(handle))
+    late = handle.enqueue(EnqueueRequest(name="SendEmail", queue="emails", delay_ms=90_000)).id
+    soon = handle.enqueue(EnqueueRequest(name="SendEmail", queue="emails", delay_ms=10_000)).id
+
+    def ids(query: str) -> list[str]:
+        response = admin_client_.get("/jobs/?store=main&" + query)
+        assert response.status_code == 200, text_of(response)[:1500]
+        return row_ids(text_of(response))
+
+    assert ids("state=completed&order_by=finished_at") == finished[::-1]
+    assert ids("state=completed&order_by=finished_at&order=asc") == finished
+    assert ids("queue=emails&state=delayed&order_by=run_at&order=asc") == [soon, late]
+    assert ids("queue=emails&state=delayed&order_by=run_at") == [late, soon]
+
+
+def test_the_plan_note_names_the_structure_and_the_residual_filters(
+    stores: Stores, admin_client_: Client
+) -> None:
+    stores.main.enqueue(EnqueueRequest(name="SendEmail", queue="emails"))
+
+    by_name = text_of(
+        admin_client_.get("/jobs/?store=main&name=SendEmail&state=waiting&meta=a%3Db")
+    )
+    plain = text_of(admin_client_.get("/jobs/?store=main"))
+    finished = text_of(
+        admin_client_.get("/jobs/?store=main&state=failed&order_by=finished_at&queue=emails")
+    )
+
+    assert 'data-route="byname:SendEmail"' in by_name
+    assert "the name index of “SendEmail”" in by_name
+    assert "<strong>states, metadata</strong>" in by_name
+    assert 'data-route="all"' in plain
+    assert "No residual filters" in plain
+    assert 'data-route="finished:&lt;state&gt;"' in finished
+    assert "<strong>queue</strong>" in finished
+
+
+def test_exact_totals_come_from_counters_when_the_filter_allows(
+    stores: Stores, admin_client_: Client
+) -> None:
+    for _ in range(4):
+        stores.main.enqueue(EnqueueRequest(name="SendEmail", queue="emails"))
+    stores.main.enqueue(EnqueueRequest(name="SendEmail", queue="other"))
+
+    html = text_of(admin_client_.get("/jobs/?store=main&queue=emails&state=waiting"))
+    by_name = text_of(admin_client_.get("/jobs/?store=main&name=SendEmail"))
+
+    assert "4 matching jobs (exact, from counters)" in html
+    assert "from counters" not in by_name
+
+
+# ---------------------------------------------------------------------- paging
+
+
+def walk(client: Client, first_url: str) -> tuple[list[list[str]], list[str]]:
+    """Follow "next" from ``first_url``: the pages' ids and the URLs visited."""
+    pages: list[list[str]] = []
+    urls: list[str] = []
+    url: str | None = first_url
+    while url:
+        response = client.get(url)
+        assert response.status_code == 200, text_of(response)[:1500]
+        html = text_of(response)
+        pages.append(row_ids(html))
+        urls.append(url)
+        url = link(html, "next")
+        assert len(pages) < 50
+    return pages, urls
+
+
+@pytest.mark.parametrize("order", ["desc", "asc"])
+def test_paging_forward_and_back_is_exact_even_when_every_timestamp_is_equal(
+    order: str, stores: Stores, admin_client_: Client
+) -> None:
+    handle = frozen_store(stores)
+    ids = [
+        r.id
+        for r in handle.enqueue_many(
+            [EnqueueRequest(name="SendEmail", queue="emails") for _ in range(23)]
+        )
+    ]
+
+    pages, urls = walk(admin_client_, f"/jobs/?store=main&limit=5&order={order}")
+
+    assert [len(p) for p in pages] == [5, 5, 5, 5, 3]
+    flat = [job_id for page in pages for job_id in page]
+    assert sorted(flat) == sorted(ids) and len(set(flat)) == 23
+    # Same timestamp everywhere: the order is the id's, compared as strings.
+    assert flat == sorted(ids, reverse=order == "desc")
+    # Back from the last page, one "previous" at a time, gives the same pages.
+    html = text_of(admin_client_.get(urls[-1]))
+    for expected in reversed(pages[:-1]):
+        previous = link(html, "prev")
+        assert previous is not None
+        assert "before=" in previous
+        html = text_of(admin_client_.get(previous))
+        assert row_ids(html) == expected
+    assert link(html, "prev") is None
+    assert "First page" not in html
+
+
+def test_previous_then_next_returns_to_the_same_page(stores: Stores, admin_client_: Client) -> None:
+    frozen_store(stores).enqueue_many([EnqueueRequest(name="A", queue="q") for _ in range(12)])
+    pages, urls = walk(admin_client_, "/jobs/?store=main&limit=4")
+
+    middle = text_of(admin_client_.get(urls[1]))
+    back = text_of(admin_client_.get(link(middle, "prev") or ""))
+    forward = text_of(admin_client_.get(link(back, "next") or ""))
+
+    assert row_ids(back) == pages[0]
+    assert row_ids(forward) == pages[1]
+
+
+def test_every_page_is_a_permalink(stores: Stores, admin_client_: Client) -> None:
+    frozen_store(stores).enqueue_many(
+        [EnqueueRequest(name="A", queue="q", metadata={"t": "x"}) for _ in range(9)]
+    )
+    _, urls = walk(admin_client_, "/jobs/?store=main&limit=4&queue=q&meta=t%3Dx&order=asc")
+    html = text_of(admin_client_.get(urls[1]))
+
+    permalink = re.search(r'<a href="([^"]*)" title="A link to exactly this page">', html)
+    assert permalink
+    url = htmllib.unescape(permalink.group(1))
+    query = parse_qs(urlsplit(url).query)
+    assert query["queue"] == ["q"] and query["meta"] == ["t=x"] and query["order"] == ["asc"]
+    assert "cursor" in query
+    assert row_ids(text_of(admin_client_.get(url))) == row_ids(html)
+
+
+def test_paging_links_swap_the_results_with_htmx_and_push_the_url(
+    stores: Stores, admin_client_: Client
+) -> None:
+    frozen_store(stores).enqueue_many([EnqueueRequest(name="A", queue="q") for _ in range(6)])
+
+    html = text_of(admin_client_.get("/jobs/?store=main&limit=3"))
+    nxt = re.search(
+        r'<a rel="next" href="[^"]*" hx-get="([^"]*)" hx-target="#results" hx-swap="outerHTML" hx-push-url="true"',
+        html,
+    )
+    assert nxt
+    partial = text_of(
+        admin_client_.get(htmllib.unescape(nxt.group(1)), headers={"HX-Request": "true"})
+    )
+
+    assert partial.lstrip().startswith('<section id="results"')
+    assert len(row_ids(partial)) == 3
+
+
+def test_a_scan_cut_short_by_the_budget_offers_to_continue(
+    stores: Stores, admin_client_: Client
+) -> None:
+    clock = FakeClock(1_700_000_000_000)
+    handle = RedisJobStore(
+        stores.main.client, prefix=stores.main_prefix, store_key="main", clock=clock
+    )
+    match = handle.enqueue(EnqueueRequest(name="A", queue="q", metadata={"needle": "yes"})).id
+    clock.advance(1)
+    handle.enqueue_many(
+        [EnqueueRequest(name="A", queue="q", metadata={"needle": "no"}) for _ in range(2100)]
+    )
+
+    html = text_of(admin_client_.get("/jobs/?store=main&meta=needle%3Dyes"))
+
+    assert "Scanned 2000 rows and found 0 matches" in html
+    assert row_ids(html) == []
+    continue_link = re.search(r'<a class="continue" href="([^"]*)"', html)
+    assert continue_link
+    rest = text_of(admin_client_.get(htmllib.unescape(continue_link.group(1))))
+    assert row_ids(rest) == [match]
+    assert "Scanned" not in rest
+
+
+# ---------------------------------------------------------------------- refused queries
+
+
+@pytest.mark.parametrize(
+    ("query", "explanation"),
+    [
+        (
+            "order_by=run_at&state=delayed",
+            "Ordering by run time needs one queue and the state “delayed” alone",
+        ),
+        ("order_by=run_at&queue=q&state=waiting", "Ordering by run time needs one queue"),
+        ("order_by=finished_at", "Ordering by finished time needs states made only of completed"),
+        ("order_by=finished_at&state=completed&state=waiting", "tick only terminal states"),
+    ],
+)
+def test_unsupported_combinations_are_explained_in_the_form(
+    query: str, explanation: str, stores: Stores, admin_client_: Client
+) -> None:
+    response = admin_client_.get("/jobs/?store=main&" + query)
+
+    assert response.status_code == 400
+    html = text_of(response)
+    assert "The store cannot serve this query." in html
+    assert explanation in html
+    # The explanation sits under the control that caused it.
+    assert re.search(r'name="order_by".*?<p class="field-error">[^<]*Ordering by', html, re.DOTALL)
+
+
+def test_a_disabled_index_is_explained(
+    settings: Any, redis_url: str, prefix: str, admin_client_: Client
+) -> None:
+    settings.MQ_STORES = {"noidx": {"prefix": prefix, "url": redis_url, "indexes": {"name": False}}}
+    services.get_named_store("noidx").enqueue(EnqueueRequest(name="A", queue="q"))
+
+    refused = admin_client_.get("/jobs/?store=noidx&name=A")
+    served = admin_client_.get(
+        "/jobs/?store=noidx&name=A&state=waiting&state=failed&order_by=finished_at"
+    )
+
+    assert refused.status_code == 400
+    assert (
+        "MQ_STORES[&#x27;noidx&#x27;][&#x27;indexes&#x27;][&#x27;name&#x27;] is false"
+        in text_of(refused)
+    )
+    assert served.status_code == 400  # waiting is not terminal
+    ok = admin_client_.get("/jobs/?store=noidx&name=A&state=failed&order_by=finished_at")
+    assert ok.status_code == 200
+    assert 'data-route="terminal:&lt;state&gt;:A"' in text_of(ok)
+
+
+# ---------------------------------------------------------------------- lookup
+
+
+@pytest.mark.parametrize(
+    "job_id", ["plain-1", "a/b/c", "with:colons:1", "spaces and %25 percent", "ünï/cøde?x=1#frag"]
+)
+def test_lookup_goes_to_the_job_page_whatever_the_id(
+    job_id: str, stores: Stores, admin_client_: Client
+) -> None:
+    stores.main.enqueue(EnqueueRequest(id=job_id, name="A", queue="q"))
+
+    response = admin_client_.get("/jobs/lookup/", {"store": "main", "id": job_id})
+
+    assert response.status_code == 302
+    page = admin_client_.get(response["Location"])
+    assert page.status_code == 200
+    assert htmllib.escape(job_id, quote=False) in text_of(page)
+
+
+def test_lookup_of_an_unknown_id_says_where_it_looked(
+    stores: Stores, admin_client_: Client
+) -> None:
+    response = admin_client_.get("/jobs/lookup/", {"store": "side", "id": "nope"})
+
+    assert response.status_code == 404
+    assert "Store “side” has no job with id “nope”." in text_of(response)
+
+
+def test_an_unknown_job_page_is_404(stores: Stores, admin_client_: Client) -> None:
+    response = admin_client_.get("/stores/main/jobs/ghost")
+
+    assert response.status_code == 404
+    assert "has no job with id “ghost”" in text_of(response)
+
+
+# ---------------------------------------------------------------------- job page
+
+
+def test_every_record_field_is_shown(stores: Stores, admin_client_: Client) -> None:
+    job_id = stores.main.enqueue(
+        EnqueueRequest(
+            name="Charge",
+            queue="billing",
+            payload={"amount": 1299, "nested": {"list": [1, None, True]}},
+            metadata={"tenant": "acme"},
+            priority=7,
+            attempts_max=4,
+            backoff={"kind": "exponential", "delay_ms": 30_000},
+            keep={"completed": {"count": 100}, "failed": {"age_ms": 86_400_000}},
+            timeout_ms=45_000,
+            dedupe=DedupePolicy(key="invoice-9"),
+            trace=TraceContext("4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7", True),
+        )
+    ).id
+
+    html = text_of(admin_client_.get(f"/stores/main/jobs/{job_id}"))
+
+    for fragment in (
+        "<dt>Priority</dt><dd>7</dd>",
+        "0 of 4 made",
+        "exponential, 30.0 s",
+        "completed: last 100; failed: 24 h",
+        "45.0 s",
+        "invoice-9",
+        "held by this job",
+        "4bf92f3577b34da6a3ce929d0e0e4736",
+        "00f067aa0ba902b7",
+        "sampled",
+        '<span class="j-key">&quot;amount&quot;</span>',
+        '<span class="j-num">1299</span>',
+        '<span class="j-lit">null</span>',
+        '<span class="j-str">&quot;acme&quot;</span>',
+        "Enqueued</dt>",
+        "Runs at</dt>",
+        "Last claimed</dt>",
+        "Finished</dt>",
+        "No attempt yet",
+        "absent (the job has not finished)",
+    ):
+        assert fragment in html, fragment
+
+
+def test_a_failure_shows_its_traceback_and_the_ledger_shows_every_attempt(
+    stores: Stores, admin_client_: Client
+) -> None:
+    main = stores.main
+    job_id = main.enqueue(EnqueueRequest(name="Charge", queue="billing", attempts_max=2)).id
+    claimed = main.claim(queue="billing", names=["Charge"], token="w:1", lock_duration_ms=30_000)
+    assert isinstance(claimed, Claimed)
+    main.ack(
+        job_id,
+        "w:1",
+        Retry(
+            0,
+            {
+                "error": {
+                    "type": "TimeoutError",
+                    "module": "builtins",
+                    "message": "slow",
+                    "kind": "error",
+                    "traceback": "Traceback...\nTimeoutError: slow",
+                }
+            },
+        ),
+    )
+    failed_id = failed_job(main, name="Other", queue="billing")
+
+    retried = text_of(admin_client_.get(f"/stores/main/jobs/{job_id}"))
+    failed = text_of(admin_client_.get(f"/stores/main/jobs/{failed_id}"))
+
+    assert '<span class="badge outcome-retried">retried</span>' in retried
+    assert "<code>TimeoutError</code>: slow" in retried
+    assert re.search(r"waited \d+ ms · ran \d+ ms", retried)
+    assert "Failed with <code>ValueError</code>" in failed
+    assert '<pre class="traceback">Traceback (most recent call last):' in failed
+    assert "ValueError: card declined &lt;b&gt;bold&lt;/b&gt;" in failed
+    assert '<span class="badge outcome-failed">failed</span>' in failed
+
+
+def test_an_active_job_shows_its_lock_owner_expiry_and_cancel_flag(
+    stores: Stores, login: Any
+) -> None:
+    main = stores.main
+    job_id = main.enqueue(EnqueueRequest(name="Charge", queue="billing")).id
+    main.claim(queue="billing", names=["Charge"], token="worker-7f3a:42", lock_duration_ms=120_000)
+    client = login("cancel_job", "view_payload")
+
+    html = text_of(client.get(f"/stores/main/jobs/{job_id}"))
+
+    assert "<code>worker-7f3a</code>" in html
+    assert "token <code>worker-7f3a:42</code>" in html
+    until = re.search(r'<time class="countdown" data-until="(\d+)"', html)
+    assert until and int(until.group(1)) > main.now()
+    assert "Cancel requested</dt><dd>no" in html
+
+    response = client.post("/actions/job/cancel/", {"store": "main", "job_id": job_id}, follow=True)
+
+    html = text_of(response)
+    assert "Cancel requested for" in html
+    assert "<strong>yes</strong> — the worker stops it at its next heartbeat" in html
+
+
+def test_an_expired_lock_is_flagged(stores: Stores, admin_client_: Client) -> None:
+    clock = FakeClock(stores.main.now() - 600_000)
+    past = RedisJobStore(
+        stores.main.client, prefix=stores.main_prefix, store_key="main", clock=clock
+    )
+    job_id = past.enqueue(EnqueueRequest(name="Charge", queue="billing")).id
+    past.claim(queue="billing", names=["Charge"], token="gone:1", lock_duration_ms=30_000)
+
+    html = text_of(admin_client_.get(f"/stores/main/jobs/{job_id}"))
+
+    assert re.search(r"expired (9|10) min ago", html)
+    assert "the stall sweep requeues or fails the job" in html
+
+
+def test_dedupe_key_links_to_the_job_that_holds_it(stores: Stores, admin_client_: Client) -> None:
+    main = stores.main
+    first = main.enqueue(
+        EnqueueRequest(name="Mail", queue="q", dedupe=DedupePolicy(key="user-1"))
+    ).id
+    dropped = main.enqueue(
+        EnqueueRequest(name="Mail", queue="q", dedupe=DedupePolicy(key="user-1"))
+    )
+    assert dropped.duplicate and dropped.id == first
+
+    html = text_of(admin_client_.get(f"/stores/main/jobs/{first}"))
+    assert "held by this job" in html and "while it is pending" in html
+
+    main.cancel(first)  # a terminal job frees a pending-mode key
+    html = text_of(admin_client_.get(f"/stores/main/jobs/{first}"))
+    assert "free: no job holds this key now" in html
+
+    second = main.enqueue(
+        EnqueueRequest(name="Mail", queue="q", dedupe=DedupePolicy(key="user-1"))
+    ).id
+    html = text_of(admin_client_.get(f"/stores/main/jobs/{first}"))
+    assert f'now held by <a class="mono" href="/stores/main/jobs/{second}">{second}</a>' in html
+
+    window = main.enqueue(
+        EnqueueRequest(name="Sync", queue="q", dedupe=DedupePolicy(key="w", ttl_ms=3_600_000))
+    ).id
+    html = text_of(admin_client_.get(f"/stores/main/jobs/{window}"))
+    assert "held by this job, window ends" in html
+
+
+def test_flow_links_both_ways(stores: Stores, admin_client_: Client) -> None:
+    flow_id = fan_out(stores.main, stores.side, ["a", "b"])
+    child = stores.side.list().items[0]
+
+    parent_html = text_of(admin_client_.get(f"/stores/main/jobs/{flow_id}"))
+    child_html = text_of(admin_client_.get(f"/stores/side/jobs/{child.id}"))
+
+    assert f'<a href="/stores/main/flows/{flow_id}">2 children</a>' in parent_html
+    assert "2 pending" in parent_html
+    assert f'href="/stores/main/flows/{flow_id}"' in child_html
+    assert "parent store main" in child_html
+
+
+@pytest.mark.parametrize(
+    ("state", "shown", "hidden"),
+    [
+        ("failed", ["retry", "remove"], ["cancel", "promote"]),
+        ("delayed", ["cancel", "promote", "remove"], ["retry"]),
+        ("waiting", ["cancel", "remove"], ["retry", "promote"]),
+        ("active", ["cancel"], ["retry", "promote", "remove"]),
+        ("completed", ["remove"], ["retry", "cancel", "promote"]),
+        ("waiting-children", ["cancel"], ["retry", "promote", "remove"]),
+    ],
+)
+def test_actions_are_shown_only_when_the_state_allows_them(
+    state: str, shown: list[str], hidden: list[str], stores: Stores, admin_client_: Client
+) -> None:
+    main = stores.main
+    if state == "failed":
+        job_id = failed_job(main)
+    elif state == "completed":
+        job_id = completed_job(main)
+    elif state == "waiting-children":
+        job_id = fan_out(main, stores.side, ["a"])
+    else:
+        job_id = main.enqueue(
+            EnqueueRequest(name="A", queue="q", delay_ms=60_000 if state == "delayed" else 0)
+        ).id
+        if state == "active":
+            main.claim(queue="q", names=["A"], token="w:1")
+    assert main.get_job(job_id).state == state  # type: ignore[union-attr]
+
+    html = text_of(admin_client_.get(f"/stores/main/jobs/{job_id}"))
+
+    for verb in shown:
+        assert f'action="/actions/job/{verb}/"' in html, verb
+    for verb in hidden:
+        assert f'action="/actions/job/{verb}/"' not in html, verb
+
+
+def test_buttons_need_their_permissions(stores: Stores, login: Any) -> None:
+    job_id = failed_job(stores.main)
+
+    html = text_of(login("retry_job").get(f"/stores/main/jobs/{job_id}"))
+
+    assert 'action="/actions/job/retry/"' in html
+    assert 'action="/actions/job/remove/"' not in html
+
+
+def test_payload_exit_and_metadata_values_need_the_view_payload_permission(
+    stores: Stores, viewer: Client, login: Any
+) -> None:
+    job_id = failed_job(
+        stores.main, payload={"secret": "s3cr3t-value"}, metadata={"tenant": "m3ta-value"}
+    )
+
+    hidden = text_of(viewer.get(f"/stores/main/jobs/{job_id}"))
+    listed = text_of(viewer.get("/jobs/?store=main"))
+    shown = text_of(login("view_payload").get(f"/stores/main/jobs/{job_id}"))
+
+    for html in (hidden, listed):
+        assert "s3cr3t-value" not in html
+        assert "m3ta-value" not in html
+        assert "card declined" not in html
+    assert "hidden: needs the view payload permission" in hidden
+    assert "<code>tenant</code>" in hidden  # keys stay visible
+    assert "s3cr3t-value" in shown and "m3ta-value" in shown and "card declined" in shown
+
+
+def test_the_summary_polls_until_the_job_finishes(stores: Stores, admin_client_: Client) -> None:
+    waiting = stores.main.enqueue(EnqueueRequest(name="A", queue="q")).id
+    done = completed_job(stores.main)
+
+    live = text_of(
+        admin_client_.get(f"/stores/main/jobs/{waiting}", headers={"HX-Request": "true"})
+    )
+    final = text_of(admin_client_.get(f"/stores/main/jobs/{done}", headers={"HX-Request": "true"}))
+
+    assert live.lstrip().startswith('<div id="job-summary" class="poll" hx-get=')
+    assert 'hx-trigger="every 3s, mq:visible from:body"' in live
+    assert "hx-trigger" not in final.split(">", 1)[0]

@@ -1,0 +1,159 @@
+"""The overview: store × queue × state counts, paused queues, oldest waiting, throughput."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+from django.test import Client
+
+from mqadmin.models import AuditEntry
+from store import EnqueueRequest
+from tests.mqadmin.test_views_common import *  # noqa: F403  (the fixtures in its __all__)
+from tests.mqadmin.test_views_common import Stores, completed_job, failed_job, text_of
+
+pytestmark = pytest.mark.django_db
+
+
+def queue_cell(html: str, store: str, queue: str, state: str) -> int:
+    """The count in the row of ``queue`` of the queues table of ``store``."""
+    section = html.split(f'Queues of <span class="store-name">{store}</span>', 1)[1]
+    section = section.split("</table>", 1)[0]
+    row = re.search(
+        rf'jobs/\?store={re.escape(store)}&amp;queue={re.escape(queue)}">{re.escape(queue)}</a>(.*?)</tr>',
+        section,
+        re.DOTALL,
+    )
+    assert row, f"no row for {queue}"
+    cell = re.search(rf'data-queue-state="{re.escape(state)}"><a[^>]*>(\d+)</a>', row.group(1))
+    assert cell, f"no {state} cell for {queue}"
+    return int(cell.group(1))
+
+
+def test_counts_per_store_queue_and_state(stores: Stores, admin_client_: Client) -> None:
+    main, side = stores.main, stores.side
+    for _ in range(3):
+        main.enqueue(EnqueueRequest(name="SendEmail", queue="emails"))
+    main.enqueue(EnqueueRequest(name="SendEmail", queue="emails", delay_ms=60_000))
+    completed_job(main, name="Charge", queue="billing")
+    failed_job(main, name="Charge", queue="billing")
+    side.enqueue(EnqueueRequest(name="Render", queue="parts"))
+
+    html = text_of(admin_client_.get("/"))
+
+    assert queue_cell(html, "main", "emails", "waiting") == 3
+    assert queue_cell(html, "main", "emails", "delayed") == 1
+    assert queue_cell(html, "main", "billing", "completed") == 1
+    assert queue_cell(html, "main", "billing", "failed") == 1
+    assert queue_cell(html, "side", "parts", "waiting") == 1
+    # Store totals, in the first table (cells keep the landing page's data-state markup).
+    assert re.search(r'data-state="waiting">3<', html)
+
+
+def test_oldest_waiting_job_of_each_queue_is_linked(stores: Stores, admin_client_: Client) -> None:
+    first = stores.main.enqueue(EnqueueRequest(name="SendEmail", queue="emails")).id
+    stores.main.enqueue(EnqueueRequest(name="Other", queue="emails"))
+
+    html = text_of(admin_client_.get("/"))
+
+    assert f'href="/stores/main/jobs/{first}"' in html
+    assert (
+        "none waiting"
+        not in html.split("Queues of", 1)[1].split("emails", 1)[1].split("</tr>", 1)[0]
+    )
+
+
+def test_paused_queues_are_badged_and_can_be_resumed(stores: Stores, login: Any) -> None:
+    stores.main.enqueue(EnqueueRequest(name="SendEmail", queue="emails"))
+    stores.main.pause("emails")
+    client = login("pause_queue")
+
+    html = text_of(client.get("/"))
+
+    assert 'class="badge paused"' in html
+    assert 'action="/actions/queue/resume/"' in html
+
+    response = client.post(
+        "/actions/queue/resume/", {"store": "main", "queue": "emails"}, follow=True
+    )
+
+    assert response.status_code == 200
+    assert stores.main.paused_queues() == []
+    assert "Resumed queue “emails” of main." in text_of(response)
+    entry = AuditEntry.objects.get()
+    assert (entry.action, entry.store, entry.target, entry.ok) == ("resume", "main", "emails", True)
+
+
+def test_pause_a_queue(stores: Stores, login: Any) -> None:
+    stores.main.enqueue(EnqueueRequest(name="SendEmail", queue="emails"))
+    client = login("pause_queue")
+
+    response = client.post("/actions/queue/pause/", {"store": "main", "queue": "emails"})
+
+    assert response.status_code == 302
+    assert response["Location"] == "/"
+    assert stores.main.paused_queues() == ["emails"]
+    assert AuditEntry.objects.get().action == "pause"
+
+
+def test_pause_buttons_need_the_permission(stores: Stores, viewer: Client) -> None:
+    stores.main.enqueue(EnqueueRequest(name="SendEmail", queue="emails"))
+
+    html = text_of(viewer.get("/"))
+
+    assert "/actions/queue/" not in html
+
+
+def test_throughput_chart_draws_finished_jobs_per_minute(
+    stores: Stores, admin_client_: Client
+) -> None:
+    for _ in range(3):
+        completed_job(stores.main)
+    failed_job(stores.main)
+
+    html = text_of(admin_client_.get("/"))
+
+    chart = html.split('id="throughput"', 1)[1]
+    assert "completed 3" in chart
+    assert "failed 1" in chart
+    assert '<polyline class="line line-completed"' in chart
+    assert '<polyline class="line line-failed"' in chart
+    # One hover column per minute of the last 3 hours, each with a tooltip.
+    assert chart.count('<rect class="hover"') >= 2 * 180
+    # Per-minute tooltips (the jobs may straddle a minute boundary: sum them).
+    minutes = re.findall(
+        r"<title>\d\d:\d\d UTC: (\d+) completed, (\d+) failed, 0 cancelled</title>", chart
+    )
+    assert sum(int(c) for c, _ in minutes) == 3
+    assert sum(int(f) for _, f in minutes) == 1
+
+
+def test_counts_refresh_by_polling_that_skips_hidden_tabs(
+    stores: Stores, admin_client_: Client
+) -> None:
+    html = text_of(admin_client_.get("/"))
+
+    stores_div = re.search(r'<div id="stores"[^>]*>', html)
+    assert stores_div
+    assert 'hx-trigger="every 5s, mq:visible from:body"' in stores_div.group(0)
+    # app.js cancels requests of elements with class "poll" while the tab is hidden.
+    assert 'class="poll"' in stores_div.group(0)
+    assert "/static/mqadmin/app.js" in html
+
+
+def test_the_counts_swap_leaves_the_chart_out(stores: Stores, admin_client_: Client) -> None:
+    html = text_of(admin_client_.get("/", headers={"HX-Request": "true"}))
+
+    assert 'id="throughput"' not in html
+    assert "<polyline" not in html
+
+
+def test_the_chart_refreshes_on_its_own(stores: Stores, admin_client_: Client) -> None:
+    completed_job(stores.main)
+
+    html = text_of(admin_client_.get("/overview/throughput/", headers={"HX-Request": "true"}))
+
+    assert html.lstrip().startswith('<section id="throughput"')
+    assert "completed 1" in html
+    assert 'id="stores"' not in html
