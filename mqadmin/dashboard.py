@@ -766,20 +766,35 @@ def flow_view(
 
 
 def _child_rows(rows: list[Any]) -> list[FlowChildRow]:
+    """The page's children with their records, one batched read per child store."""
     configured = services.configured_stores()
+    by_store: dict[str, list[Any]] = {}
+    for row in rows:
+        if row.store_key in configured:
+            by_store.setdefault(row.store_key, []).append(row)
+    records: dict[tuple[str, str], Any] = {}
+    unreachable: set[str] = set()
+    for store_name, store_rows in by_store.items():
+        try:
+            child_store = open_store(store_name)
+            with reaching(store_name):
+                found = child_store.get_jobs([r.child_job_id for r in store_rows])
+        except StoreUnavailable:
+            unreachable.add(store_name)
+            continue
+        for row, record in zip(store_rows, found, strict=True):
+            records[(store_name, row.child_job_id)] = record
     out: list[FlowChildRow] = []
     for row in rows:
         store_name = row.store_key if row.store_key in configured else None
-        child = None
-        unreachable = False
-        if store_name is not None:
-            try:
-                child_store = open_store(store_name)
-                with reaching(store_name):
-                    child = child_store.get_job(row.child_job_id)
-            except StoreUnavailable:
-                unreachable = True
-        out.append(FlowChildRow(row=row, store=store_name, record=child, unreachable=unreachable))
+        out.append(
+            FlowChildRow(
+                row=row,
+                store=store_name,
+                record=records.get((store_name, row.child_job_id)) if store_name else None,
+                unreachable=store_name in unreachable,
+            )
+        )
     return out
 
 

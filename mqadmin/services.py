@@ -262,17 +262,6 @@ class LockInfo:
         return worker if sep else self.token
 
 
-def job_lock_info(job_store: Any, job_id: str) -> LockInfo:
-    """The lock token and expiry of ``job_id`` (both None when it is not active)."""
-    from store.redis_store import redis_errors
-
-    with redis_errors("lock info"):
-        token, expires = job_store.client.hmget(
-            job_store.keys.job(job_id), ["lock_token", "lock_expires_at"]
-        )
-    return LockInfo(token or None, int(float(expires)) if expires else None)
-
-
 @dataclass(frozen=True)
 class DedupeOwner:
     """The dedupe registry entry of one (job name, dedupe key)."""
@@ -282,17 +271,16 @@ class DedupeOwner:
     expires_at: int | None
 
 
+def job_lock_info(job_store: Any, job_id: str) -> LockInfo:
+    """The lock token and expiry of ``job_id`` (both None when it is not active)."""
+    info = job_store.lock_info(job_id)
+    return LockInfo(info.token, info.expires_at)
+
+
 def dedupe_owner(job_store: Any, name: str, key: str) -> DedupeOwner | None:
     """The job the (name, key) dedupe entry points at now, or None when the key is free."""
-    from store.redis_store import redis_errors
-
-    with redis_errors("dedupe owner"):
-        job_id, expires = job_store.client.hmget(
-            job_store.keys.dedupe(name, key), ["job_id", "expires_at"]
-        )
-    if not job_id:
-        return None
-    return DedupeOwner(job_id, int(float(expires)) if expires else None)
+    owner = job_store.dedupe_owner(name, key)
+    return None if owner is None else DedupeOwner(owner.job_id, owner.expires_at)
 
 
 @dataclass(frozen=True)

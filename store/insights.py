@@ -43,6 +43,23 @@ class WorkerInfo:
     last_seen: int
 
 
+@dataclass(frozen=True)
+class LockInfo:
+    """Who holds an active job's lock and until when (both None when the job is not active)."""
+
+    token: str | None
+    expires_at: int | None
+
+
+@dataclass(frozen=True)
+class DedupeOwner:
+    """The dedupe registry entry of one (job name, dedupe key)."""
+
+    job_id: str
+    #: End of a throttle/debounce window; None for a pending-mode entry.
+    expires_at: int | None
+
+
 class InsightOperations:
     """Operator read models of ``RedisJobStore`` (mixed into the store class)."""
 
@@ -116,6 +133,22 @@ class InsightOperations:
             raise JobStoreError(f"oldest_waiting failed: {exc}", exc) from exc
         records = [r for r in (self.get_job(job_id) for job_id in heads) if r is not None]
         return min(records, key=lambda r: (r.run_at, r.enqueued_at), default=None)
+
+    def lock_info(self, job_id: str) -> LockInfo:
+        """The lock token and expiry of a job (the hidden lock fields of its row)."""
+        token, expires = self._command(
+            "lock_info", "hmget", self.keys.job(job_id), ["lock_token", "lock_expires_at"]
+        )
+        return LockInfo(token or None, int(float(expires)) if expires else None)
+
+    def dedupe_owner(self, name: str, key: str) -> DedupeOwner | None:
+        """The job the (name, key) dedupe entry points at now, or None when the key is free."""
+        job_id, expires = self._command(
+            "dedupe_owner", "hmget", self.keys.dedupe(name, key), ["job_id", "expires_at"]
+        )
+        if not job_id:
+            return None
+        return DedupeOwner(job_id, int(float(expires)) if expires else None)
 
     # -------------------------------------------------------- worker presence
 

@@ -568,6 +568,23 @@ class RedisJobStore(ScheduleOperations, FlowOperations, InsightOperations):
             h = self.client.hgetall(self.keys.job(job_id))
         return codec.record_from_hash(job_id, h) if h else None
 
+    def get_jobs(self, job_ids: Sequence[str]) -> list[JobRecord | None]:
+        """Several records in one round trip (pipelined, at most 500 per call)."""
+        out: list[JobRecord | None] = []
+        ids = list(job_ids)
+        for start in range(0, len(ids), BATCH):
+            chunk = ids[start : start + BATCH]
+            with redis_errors("get_jobs"):
+                pipe = self.client.pipeline(transaction=False)
+                for job_id in chunk:
+                    pipe.hgetall(self.keys.job(job_id))
+                rows = pipe.execute()
+            out.extend(
+                codec.record_from_hash(j, h) if h else None
+                for j, h in zip(chunk, rows, strict=True)
+            )
+        return out
+
     def get_attempts(self, job_id: str) -> list[AttemptRecord]:
         with redis_errors("get_attempts"):
             rows = self.client.lrange(self.keys.attempts(job_id), 0, -1)
