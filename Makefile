@@ -53,10 +53,10 @@ run: $(STAMP)
 	fi; \
 	$(VPY) manage.py runserver $(RUN_ADDR)
 
-# The whole suite on a real Redis (see scripts/test-all.sh): the embedded Redis and SQLite
+# The whole suite on a real Redis (see .ci/test-all.sh): the embedded Redis and SQLite
 # always; again against a Redis on 127.0.0.1:6379 and on PostgreSQL when they answer.
 test: $(STAMP)
-	bash scripts/test-all.sh $(PYTEST_ARGS)
+	bash .ci/test-all.sh $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
@@ -73,7 +73,7 @@ clean:
 .PHONY: browser-deps test-browser
 
 browser-deps: $(STAMP)
-	bash scripts/install-browser-deps.sh
+	bash .ci/install-browser-deps.sh
 
 # The browser tests alone; screenshots land in tests/browser/artifacts/.
 test-browser: $(STAMP)

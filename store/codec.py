@@ -30,8 +30,27 @@ _dumps_ascii = json.JSONEncoder(ensure_ascii=True, allow_nan=False, separators=(
 _loads = json.loads
 
 
+def _check_keys(value: Any, what: str) -> None:
+    """JSON object keys are strings; Python's encoder would silently stringify others."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            for key, child in item.items():
+                if not isinstance(key, str):
+                    raise JobStoreError(
+                        f"{what} is not JSON-serialisable: object key {key!r} is not a string"
+                    )
+                if isinstance(child, dict | list | tuple):
+                    stack.append(child)
+        elif isinstance(item, list | tuple):
+            stack.extend(child for child in item if isinstance(child, dict | list | tuple))
+
+
 def dumps(value: Any, what: str = "value") -> str:
-    """JSON text for ``value``; refuses NaN/Infinity and anything JSON cannot hold."""
+    """JSON text for ``value``; refuses NaN/Infinity, non-string keys and anything JSON cannot hold."""
+    if isinstance(value, dict | list | tuple):
+        _check_keys(value, what)
     try:
         text = _dumps(value)
     except (TypeError, ValueError, RecursionError) as exc:

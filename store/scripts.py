@@ -28,6 +28,10 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 LUA_DIR = Path(__file__).with_name("lua")
 
+#: Operations that read or only free memory: they must keep working on a full server
+#: (maxmemory with noeviction), so an operator can list jobs and remove them.
+OOM_SAFE = frozenset({"list", "remove", "sweep_history", "sweep_dedupes", "prune_keep"})
+
 try:
     from hiredis import pack_command as _hiredis_pack
 except ImportError:  # pure-Python fallback
@@ -65,11 +69,11 @@ def library() -> tuple[str, str]:
     lib = "mq_" + hashlib.sha1(core.encode()).hexdigest()[:16]
     # Registrations are spelled out: the load step may not call most globals.
     registrations = "".join(
-        f"redis.register_function('{lib}_{name}', function(keys, args)\n"
+        f"redis.register_function{{function_name='{lib}_{name}', callback=function(keys, args)\n"
         "  KEYS, ARGV = keys, args\n"
         "  begin_call(keys[1])\n"
         f"  return S[{name!r}]()\n"
-        "end)\n"
+        f"end{', flags={' + repr('allow-oom') + '}' if name in OOM_SAFE else ''}}}\n"
         for name in script_names()
     )
     return lib, f"#!lua name={lib}\n{core}{registrations}"
@@ -83,11 +87,23 @@ def _pack(conn: Any, command: tuple[Any, ...]) -> list[bytes]:
     return packed
 
 
+def _with_shebang(name: str, text: str, strict: bool) -> str:
+    if not strict or text.startswith("#!"):
+        return text
+    return ("#!lua flags=allow-oom\n" if name in OOM_SAFE else "#!lua\n") + text
+
+
 def _server_major(client: Any) -> int:
+    """The lowest major version among the server(s) behind ``client`` (0 if unknown)."""
     try:
-        version = str(client.info("server").get("redis_version", "0"))
-        return int(version.split(".")[0])
-    except (redis.RedisError, ValueError):
+        info = client.info("server")
+    except redis.RedisError:
+        return 0
+    # A cluster client answers per node: {node: {field: value}}.
+    nodes = [info] if "redis_version" in info else [v for v in info.values() if isinstance(v, dict)]
+    try:
+        return min(int(str(n["redis_version"]).split(".")[0]) for n in nodes)
+    except (KeyError, ValueError):
         return 0
 
 
@@ -109,13 +125,16 @@ class ScriptRegistry:
             self._lib, self._lib_code = library()
             self._load_library()
         else:
+            # On Redis 7 a script with a shebang may not touch a second slot: on a
+            # cluster that turns the one-store-one-slot rule into an enforced error.
+            strict = not self._direct and _server_major(client) >= 7
+            self._texts = {
+                name: _with_shebang(name, script_text(name), strict) for name in script_names()
+            }
             self._shas = {
-                name: hashlib.sha1(script_text(name).encode()).hexdigest()
-                for name in script_names()
+                name: hashlib.sha1(t.encode()).hexdigest() for name, t in self._texts.items()
             }
-            self._scripts = {
-                name: client.register_script(script_text(name)) for name in script_names()
-            }
+            self._scripts = {name: client.register_script(t) for name, t in self._texts.items()}
 
     @property
     def mode(self) -> str:
@@ -154,7 +173,7 @@ class ScriptRegistry:
                 conn.send_packed_command(packed)
                 return conn.read_response()
             except NoScriptError:
-                conn.send_command("SCRIPT", "LOAD", script_text(name))
+                conn.send_command("SCRIPT", "LOAD", self._texts[name])
                 conn.read_response()
             except ResponseError as exc:
                 if "Function not found" not in str(exc) or attempt == 2:

@@ -1,6 +1,6 @@
 """Browser tests: real headless Chromium (Debian's) driven by Playwright's Python package.
 
-Install both with ``bash scripts/install-browser-deps.sh`` (``make browser-deps``).
+Install both with ``bash .ci/install-browser-deps.sh`` (``make browser-deps``).
 Without them every test here is skipped with the reason, so ``make test`` on a fresh
 machine still passes.  The browser binary is ``$MQ_CHROMIUM`` or ``/usr/bin/chromium``;
 Playwright's own browser downloads (``playwright install``) are never used.
@@ -48,7 +48,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         import playwright.sync_api  # noqa: F401
     except ImportError:
         reason = (
-            "playwright is not installed: run `make browser-deps` (scripts/install-browser-deps.sh)"
+            "playwright is not installed: run `make browser-deps` (.ci/install-browser-deps.sh)"
         )
     if reason is None and chromium_path() is None:
         reason = "chromium not found (set MQ_CHROMIUM or run `make browser-deps`)"

@@ -14,8 +14,10 @@ local function delete_job(id)
   local f = redis.call('HMGET', jk, 'name', 'queue', 'state', 'seq')
   local name, queue, state, seq = f[1], f[2], f[3], f[4]
   if not queue then return false end
-  counts_add(queue, state, -1)
+  -- The ZREM comes first on purpose: on a full server (noeviction) Redis refuses a
+  -- memory-growing command only as a script's first write, so deleting still works.
   redis.call('ZREM', K_ALL, id)
+  counts_add(queue, state, -1)
   redis.call('ZREM', k_byname(name), id)
   redis.call('ZREM', k_byqueue(queue), id)
   if state == 'waiting' then
