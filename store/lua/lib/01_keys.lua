@@ -10,6 +10,8 @@ local B
 local K_SEQ, K_ALL, K_ACTIVE, K_COUNTS, K_PAUSED, K_DEDUPE_WINDOWS, K_DEDUPE_PENDING, K_KEEPAGE, K_WAKE, K_OUTBOX, K_OUTBOX_SEQ, K_FLOW_OWES, K_STATS, K_SCHEDULES, K_QNAMES, K_FLOW_PENDING, K_FLOW_CASCADE, K_FLOW_GC
 
 local function bind(tag)
+  -- A Function library keeps its state between calls: rebinding the same store is a no-op.
+  if B == tag then return end
   B = tag
   K_SEQ = B .. ':seq'
   K_ALL = B .. ':all'
