@@ -12,13 +12,13 @@ import asyncio
 import threading
 from typing import Any
 
-import pytest
-
 from store import (
     ExtendLocksResult,
     FailureReport,
+    Flow,
     Job,
     Worker,
+    children,
     current_job,
 )
 from store.clock import blocking_sleep_ms
@@ -203,11 +203,35 @@ def test_wll_07_lost_and_cancel_requested_takes_the_lost_path(store, registry, c
         assert state_of(store, job_id) != "cancelled"
 
 
-def test_wll_08_flow_parent_losing_its_lock_mid_fan_out_enqueues_no_children():
-    pytest.skip(
-        "flow parents are outside this port's API surface (Job/Worker without flows); "
-        "port together with the FLR cases once the flow runtime is settled"
-    )
+def test_wll_08_flow_parent_losing_its_lock_mid_fan_out_enqueues_no_children(
+    store, registry, clock
+):
+    child = Job("FanChild", registry=registry)
+    parent = Job("FanParent", registry=registry)
+    flow = Flow("slow-fan", parent=parent, children=[child])
+    started: list[str] = []
+
+    @flow.fan_out
+    async def fan_out(payload):
+        started.append(current_job().job_id)
+        await current_job().asleep(6_000)  # the lock is stolen while this runs
+        return children(child, [("a", {}), ("b", {})])
+
+    @flow.collect
+    def collect(payload, results):
+        return results.counts.completed
+
+    spy = HeartbeatSpy(store, steal=lambda job_id: True)
+    worker = lock_lost_worker(store, parent, [], registry=registry, on_lock_lost="interrupt")
+    with running(worker):
+        parent_id = parent.enqueue({})
+        eventually(lambda: started == [parent_id])
+        walk(clock, 5_000)
+        assert spy.stolen == [parent_id]
+        eventually(lambda: worker.stats["lock-lost"] == 1)
+        assert store.list(name="FanChild").items == []
+        assert "fanned-out" not in outcomes(store, parent_id)
+        assert store.get_job(parent_id).flow is None
 
 
 def test_wll_09_unreachable_heartbeat_still_reports_an_expired_deadline(
