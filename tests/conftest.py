@@ -41,11 +41,14 @@ def redis_client(redis_url: str) -> Iterator[Any]:
     client.close()
 
 
-def delete_prefix(client: Any, prefix: str) -> None:
-    """Delete every key of one store prefix (hash-tagged), in SCAN pages."""
+def delete_prefix(client: Any, prefix: str, **scan: Any) -> None:
+    """Delete every key of one store prefix (hash-tagged), in SCAN pages.
+
+    ``scan`` goes to ``scan_iter`` (a cluster passes the node that owns the prefix's slot).
+    """
     pattern = "{" + re.sub(r"([*?\[\]\\])", r"\\\1", prefix) + "}*"
     batch: list[str] = []
-    for key in client.scan_iter(match=pattern, count=500):
+    for key in client.scan_iter(match=pattern, count=500, **scan):
         batch.append(key)
         if len(batch) >= 500:
             client.unlink(*batch)

@@ -50,9 +50,10 @@ import redis
 import redis.cluster
 
 import store.scripts as store_scripts
-from store import FakeClock, RedisJobStore, connect
+from store import RedisJobStore, connect
 from store.embedded import redis_server_binary
 from store.scripts import ScriptRegistry
+from tests.conftest import delete_prefix
 
 # Flow fixtures (registry, extra_store, main_store, child_store): re-exported so the flow
 # store tests imported by the conformance module find them; they build their stores with
@@ -381,18 +382,9 @@ def slot_node(client: redis.cluster.RedisCluster, prefix: str) -> Any:
     return client.get_node_from_key("{" + prefix + "}:x")
 
 
-def delete_cluster_prefix(client: redis.cluster.RedisCluster, prefix: str) -> None:
+def delete_cluster_prefix(client: Any, prefix: str) -> None:
     """Delete a store's keys, scanning only the node that owns the prefix's slot."""
-    pattern = "{" + re.sub(r"([*?\[\]\\])", r"\\\1", prefix) + "}*"
-    node = slot_node(client, prefix)
-    batch: list[str] = []
-    for key in client.scan_iter(match=pattern, count=500, target_nodes=node):
-        batch.append(key)
-        if len(batch) >= 500:
-            client.unlink(*batch)
-            batch.clear()
-    if batch:
-        client.unlink(*batch)
+    delete_prefix(client, prefix, target_nodes=slot_node(client, prefix))
 
 
 @pytest.fixture
@@ -402,33 +394,8 @@ def prefix(redis_client: Any) -> Iterator[str]:
     delete_cluster_prefix(redis_client, value)
 
 
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock(0)
-
-
-@pytest.fixture
-def make_store(
-    redis_client: Any, prefix: str, clock: FakeClock
-) -> Iterator[Callable[..., RedisJobStore]]:
-    """Build cluster stores on this test's prefix and fake clock (override any argument)."""
-    made: list[RedisJobStore] = []
-
-    def factory(**kwargs: Any) -> RedisJobStore:
-        kwargs.setdefault("prefix", prefix)
-        kwargs.setdefault("clock", clock)
-        store = RedisJobStore(kwargs.pop("client", redis_client), **kwargs)
-        made.append(store)
-        return store
-
-    yield factory
-    for store in made:
-        store.close()
-
-
-@pytest.fixture
-def store(make_store: Callable[..., RedisJobStore]) -> RedisJobStore:
-    return make_store()
+# clock, make_store and store come from tests/conftest.py: they resolve redis_client and
+# prefix to the cluster overrides above.
 
 
 @pytest.fixture
