@@ -17,8 +17,6 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
-import pytest
-
 from store import (
     MISSING,
     ChildReportResult,
@@ -33,6 +31,7 @@ from store import (
     RedisJobStore,
     Worker,
 )
+from tests.runtime.harness import eventually as _eventually
 
 T = TypeVar("T")
 
@@ -179,19 +178,7 @@ def exit_of(value: Any) -> Any:
 
 def eventually(predicate: Callable[[], T], timeout: float = 10.0, message: str = "") -> T:
     """Poll ``predicate`` every 10 ms until it is truthy; fail the test after ``timeout`` s."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while True:
-        try:
-            last = predicate()
-        except AssertionError as exc:
-            last = exc
-        else:
-            if last:
-                return last
-        if time.monotonic() >= deadline:
-            pytest.fail(f"not met within {timeout} s: {message or predicate} (last: {last!r})")
-        time.sleep(0.01)
+    return _eventually(predicate, timeout, message)
 
 
 def drive(
@@ -204,22 +191,12 @@ def drive(
     message: str = "",
 ) -> T:
     """Like :func:`eventually`, but advance the fake clock ``step_ms`` between polls."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while True:
-        try:
-            last = predicate()
-        except AssertionError as exc:
-            last = exc
-        else:
-            if last:
-                return last
-        if time.monotonic() >= deadline:
-            pytest.fail(
-                f"not met within {timeout} s (clock at {clock()} ms): {message or predicate} (last: {last!r})"
-            )
+
+    def step() -> None:
         time.sleep(pause)
         clock.advance(step_ms)
+
+    return _eventually(predicate, timeout, message, between=step)
 
 
 def walk(clock: FakeClock, total_ms: int, step_ms: int = 500, pause: float = 0.02) -> None:

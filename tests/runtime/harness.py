@@ -38,8 +38,17 @@ SETTLE_STABLE_S = 0.03
 SETTLE_MAX_S = 1.0
 
 
-def eventually(predicate: Callable[[], T], timeout: float = EVENTUALLY_S, message: str = "") -> T:
-    """Poll ``predicate`` every 10 ms until it returns something truthy; fail after ``timeout``."""
+def eventually(
+    predicate: Callable[[], T],
+    timeout: float = EVENTUALLY_S,
+    message: str = "",
+    *,
+    between: Callable[[], None] | None = None,
+) -> T:
+    """Poll ``predicate`` every 10 ms until it returns something truthy; fail after ``timeout``.
+
+    ``between`` replaces the 10 ms pause between polls (e.g. to move a fake clock).
+    """
     deadline = time.monotonic() + timeout
     last: Any = None
     while True:
@@ -54,7 +63,10 @@ def eventually(predicate: Callable[[], T], timeout: float = EVENTUALLY_S, messag
             pytest.fail(
                 f"condition not met within {timeout} s: {message or predicate} (last: {last!r})"
             )
-        time.sleep(0.01)
+        if between is None:
+            time.sleep(0.01)
+        else:
+            between()
 
 
 def quiet(seconds: float = QUIET_S) -> None:
