@@ -12,6 +12,11 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 PY=.venv/bin/python
 
+# Compile everything up front: CPython 3.11 can raise a spurious "AST constructor recursion
+# depth mismatch" SystemError when two threads compile at once (a worker thread importing a
+# module while pytest rewrites a test module), which a fresh clone makes likely.
+"$PY" -m compileall -q store mqadmin tests bench >/dev/null
+
 echo "== pass 1: embedded Redis${MQ_TEST_REDIS_URL:+ ($MQ_TEST_REDIS_URL)}, SQLite"
 "$PY" -m pytest "$@"
 
