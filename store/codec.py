@@ -30,6 +30,9 @@ _dumps_ascii = json.JSONEncoder(ensure_ascii=True, allow_nan=False, separators=(
 _loads = json.loads
 
 
+_CONTAINERS = (dict, list, tuple)
+
+
 def _check_keys(value: Any, what: str) -> None:
     """JSON object keys are strings; Python's encoder would silently stringify others."""
     stack = [value]
@@ -37,19 +40,19 @@ def _check_keys(value: Any, what: str) -> None:
         item = stack.pop()
         if isinstance(item, dict):
             for key, child in item.items():
-                if not isinstance(key, str):
+                if key.__class__ is not str and not isinstance(key, str):
                     raise JobStoreError(
                         f"{what} is not JSON-serialisable: object key {key!r} is not a string"
                     )
-                if isinstance(child, dict | list | tuple):
+                if isinstance(child, _CONTAINERS):
                     stack.append(child)
-        elif isinstance(item, list | tuple):
-            stack.extend(child for child in item if isinstance(child, dict | list | tuple))
+        elif isinstance(item, _CONTAINERS):
+            stack.extend(child for child in item if isinstance(child, _CONTAINERS))
 
 
 def dumps(value: Any, what: str = "value") -> str:
     """JSON text for ``value``; refuses NaN/Infinity, non-string keys and anything JSON cannot hold."""
-    if isinstance(value, dict | list | tuple):
+    if isinstance(value, _CONTAINERS):
         _check_keys(value, what)
     try:
         text = _dumps(value)
@@ -138,19 +141,33 @@ def encode_request(req: EnqueueRequest, mode: str, job_id: str) -> list[str]:
     """
     if not isinstance(req, EnqueueRequest):
         raise InvalidRequestError(f"expected an EnqueueRequest, got {type(req).__name__}")
-    _name(req.name, "job name")
-    _name(req.queue, "queue name")
+    name, queue = req.name, req.queue
+    # The common shapes (plain ASCII names, default numbers) are checked inline;
+    # anything else goes through the full validators and their messages.
+    if not (name.__class__ is str and name.isascii() and name and "\0" not in name):
+        _name(name, "job name")
+    if not (queue.__class__ is str and queue.isascii() and queue and "\0" not in queue):
+        _name(queue, "queue name")
     if req.id is not None:
         _name(req.id, "job id")
-    attempts = _int_str(req.attempts_max, "attempts_max")
-    if int(attempts) < 1:
-        raise InvalidRequestError(f"attempts_max must be at least 1, got {req.attempts_max!r}")
+    if req.attempts_max == 1 and req.attempts_max.__class__ is int:
+        attempts = "1"
+    else:
+        attempts = _int_str(req.attempts_max, "attempts_max")
+        if int(attempts) < 1:
+            raise InvalidRequestError(
+                f"attempts_max must be at least 1, got {req.attempts_max!r}"
+            )
     timeout = ""
     if req.timeout_ms is not None:
         timeout = _int_str(req.timeout_ms, "timeout_ms")
         if int(timeout) <= 0:
             raise InvalidRequestError(f"timeout_ms must be positive, got {req.timeout_ms!r}")
-    delay = _int_str(req.delay_ms if req.delay_ms is not None else 0, "delay_ms")
+    delay_ms = req.delay_ms
+    if not delay_ms and delay_ms.__class__ is int or delay_ms is None:
+        delay = "0"
+    else:
+        delay = _int_str(delay_ms, "delay_ms")
     backoff = ""
     if req.backoff is not None:
         if req.backoff.kind not in ("fixed", "exponential"):
@@ -170,15 +187,18 @@ def encode_request(req: EnqueueRequest, mode: str, job_id: str) -> list[str]:
                     raise InvalidRequestError(f"keep.{state}.{field} must not be negative")
         keep_json = req.keep.to_json()
         keep = dumps(keep_json, "keep") if keep_json else ""
-    metadata = validate_metadata(req.metadata)
+    metadata = req.metadata
+    if metadata.__class__ is not dict or metadata:
+        metadata = validate_metadata(metadata)
+    priority = req.priority
     return [
         mode,
         job_id,
-        req.name,
-        req.queue,
+        name,
+        queue,
         dumps(req.payload, "payload"),
         dumps(dict(metadata), "metadata") if metadata else "{}",
-        _number_str(req.priority, "priority"),
+        "0" if priority == 0 and priority.__class__ is int else _number_str(priority, "priority"),
         attempts,
         backoff,
         keep,
@@ -187,6 +207,26 @@ def encode_request(req: EnqueueRequest, mode: str, job_id: str) -> list[str]:
         dumps(req.parent.to_json(), "parent") if req.parent is not None else "",
         delay,
     ]
+
+
+#: The 9 option fields of an encoded request (metadata .. delay) all at their defaults.
+_DEFAULT_OPTIONS = ["{}", "0", "1", "", "", "", "", "", "0"]
+
+
+def wire_request(fields: list[str]) -> list[str]:
+    """The 6 ARGV strings of an encoded request (``read_request`` in lua/lib/03_rows.lua).
+
+    mode, id, name, queue, payload, then the 9 option fields as one string:
+    '' when all are at their defaults, else joined by NUL (which none of them
+    can contain: JSON escapes it and numbers have none).
+    """
+    options = fields[5:]
+    return [*fields[:5], "" if options == _DEFAULT_OPTIONS else "\0".join(options)]
+
+
+def encode_wire(req: EnqueueRequest, mode: str, job_id: str) -> list[str]:
+    """``encode_request`` in the form the scripts read."""
+    return wire_request(encode_request(req, mode, job_id))
 
 
 def encode_dedupe(req: EnqueueRequest) -> list[str]:

@@ -284,13 +284,23 @@ class EnqueueRequest:
     delay_ms: int = 0
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "backoff", BackoffPolicy.coerce(self.backoff))
-        object.__setattr__(self, "keep", KeepPolicy.coerce(self.keep))
-        object.__setattr__(self, "dedupe", DedupePolicy.coerce(self.dedupe))
-        object.__setattr__(self, "trace", TraceContext.coerce(self.trace))
-        object.__setattr__(self, "parent", ParentEnvelope.coerce(self.parent))
+        # Mappings become policy objects; None (the usual case) is left alone cheaply.
+        for attr, cls in _REQUEST_POLICIES:
+            value = getattr(self, attr)
+            if value is not None and value.__class__ is not cls:
+                object.__setattr__(self, attr, cls.coerce(value))
         if self.metadata is None:
             object.__setattr__(self, "metadata", {})
+
+
+#: EnqueueRequest's policy fields and the class each is coerced to.
+_REQUEST_POLICIES: tuple[tuple[str, Any], ...] = (
+    ("backoff", BackoffPolicy),
+    ("keep", KeepPolicy),
+    ("dedupe", DedupePolicy),
+    ("trace", TraceContext),
+    ("parent", ParentEnvelope),
+)
 
 
 @dataclass(frozen=True, eq=False)

@@ -198,12 +198,19 @@ class RedisJobStore(ScheduleOperations, FlowOperations, InsightOperations):
         return int(self._clock())
 
     def _run(self, script: str, *args: Any) -> Any:
-        with redis_errors(script):
+        # The body of redis_errors(), inlined: this is every operation's hot path.
+        try:
             reply = self._scripts(script, *args)
+        except RedisError as exc:
+            raise JobStoreError(f"{script} failed: {exc}", exc) from exc
+        except UnicodeDecodeError as exc:
+            raise JobStoreError(
+                f"{script} failed: Redis returned data that is not UTF-8 ({exc})", exc
+            ) from exc
         if (
-            isinstance(reply, list)
+            reply.__class__ is list
             and reply
-            and isinstance(reply[-1], list)
+            and reply[-1].__class__ is list
             and reply[-1][:1] == ["!owed"]
         ):
             self._finish_owed(reply.pop()[1:])
@@ -244,7 +251,7 @@ class RedisJobStore(ScheduleOperations, FlowOperations, InsightOperations):
             mode, job_id = "generated", ""
         else:
             mode, job_id = "auto", ""
-        args = codec.encode_request(request, mode, job_id)
+        args = codec.encode_wire(request, mode, job_id)
         now = self.now()
         draws = 0
         while True:
@@ -301,7 +308,7 @@ class RedisJobStore(ScheduleOperations, FlowOperations, InsightOperations):
                     if req.id is not None
                     else ("generated" if self._id_generator else "auto")
                 )
-                encoded.append(codec.encode_request(req, mode, req.id or ""))
+                encoded.append(codec.encode_wire(req, mode, req.id or ""))
         results: list[EnqueueResult | None] = [None] * len(requests)
         woken: set[str] = set()
         try:

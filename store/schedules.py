@@ -312,7 +312,7 @@ class ScheduleOperations:
         """Fire one occurrence: iff next_run_at == expected, advance it and insert ``request``."""
         if request.id is None:
             raise JobStoreError("tick_schedule needs request.id (the slot's deterministic job id)")
-        args = codec.encode_request(request, "user", request.id)
+        args = codec.encode_wire(request, "user", request.id)
         fired = self._run(
             "tick_schedule",
             self.now(),

@@ -80,9 +80,16 @@ def library() -> tuple[str, str]:
 
 
 def _pack(conn: Any, command: tuple[Any, ...]) -> list[bytes]:
-    """RESP-encode a command: in C with hiredis (our args are only str and int), else redis-py's packer."""
+    """RESP-encode a command: in C with hiredis, else redis-py's packer.
+
+    Our arguments are str and int; hiredis packs those as they are.  Anything
+    else it refuses (bool, say) is sent as ``str(value)``, as before.
+    """
     if _hiredis_pack is not None:
-        return [_hiredis_pack(tuple(a if isinstance(a, str) else str(a) for a in command))]
+        try:
+            return [_hiredis_pack(command)]
+        except TypeError:
+            return [_hiredis_pack(tuple(a if isinstance(a, str) else str(a) for a in command))]
     packed: list[bytes] = conn.pack_command(*command)
     return packed
 
@@ -121,6 +128,8 @@ class ScriptRegistry:
         self._connections: weakref.WeakSet[Any] = weakref.WeakSet()
         self._lock = threading.Lock()
         self._functions = self._direct and _server_major(client) >= 7
+        # Per operation, the command words in front of its arguments.
+        self._heads: dict[str, tuple[Any, ...]] = {}
         if self._functions:
             self._lib, self._lib_code = library()
             self._load_library()
@@ -162,12 +171,15 @@ class ScriptRegistry:
     def __call__(self, name: str, *args: Any) -> Any:
         if not self._direct:
             return self._scripts[name](keys=self._keys, args=args)
-        if self._functions:
-            command: tuple[Any, ...] = ("FCALL", f"{self._lib}_{name}", 1, self._tag, *args)
-        else:
-            command = ("EVALSHA", self._shas[name], 1, self._tag, *args)
-        conn = self._connection()
-        packed = _pack(conn, command)
+        head = self._heads.get(name)
+        if head is None:
+            if self._functions:
+                head = ("FCALL", f"{self._lib}_{name}", 1, self._tag)
+            else:
+                head = ("EVALSHA", self._shas[name], 1, self._tag)
+            self._heads[name] = head
+        conn = getattr(self._local, "conn", None) or self._connection()
+        packed = _pack(conn, head + args)
         for attempt in range(3):
             try:
                 conn.send_packed_command(packed)

@@ -2,10 +2,10 @@
 --
 -- KEYS[1]  the store's hash tag "{<prefix>}"
 -- ARGV[1]  now (ms)            ARGV[2]  index flags ("11" = name, queue on)
--- ARGV[3..16]  the request (see read_request): mode is 'user' (explicit id),
+-- ARGV[3..8]  the request (see read_request): mode is 'user' (explicit id),
 --          'generated' (id from the store's id generator) or 'auto' (j-<n>)
--- ARGV[17] dedupe key ('' = none)   ARGV[18] dedupe ttl ms ('' = pending mode)
--- ARGV[19] extend '1'/'0'           ARGV[20] replace '1'/'0'
+-- ARGV[9]  dedupe key ('' = none)   ARGV[10] dedupe ttl ms ('' = pending mode)
+-- ARGV[11] extend '1'/'0'           ARGV[12] replace '1'/'0'
 --
 -- Reply: {'new', id} | {'dup', id} | {'replaced', id, queue} | {'collision'} |
 -- {'needid'} (mode 'generated' with an empty id: the dedupe tree let
@@ -14,10 +14,10 @@
 local now = tonumber(ARGV[1])
 local idx = ARGV[2]
 local r = read_request(3)
-local dedupe_key = ARGV[17]
-local ttl = tonumber(ARGV[18])
-local extend = ARGV[19] == '1'
-local replace = ARGV[20] == '1'
+local dedupe_key = ARGV[9]
+local ttl = tonumber(ARGV[10])
+local extend = ARGV[11] == '1'
+local replace = ARGV[12] == '1'
 
 -- 1. An existing explicit id wins over everything, dedupe included.
 if r.mode ~= 'auto' and r.id ~= '' and redis.call('EXISTS', k_job(r.id)) == 1 then
@@ -90,9 +90,7 @@ end
 
 -- 4. Insert, register the key, wake the queue (delayed inserts too: idle
 -- takers learn the new next_run_at).
-local acc = new_acc()
-insert_job(id, r, dedupe_key, now, idx, seq, acc)
-flush_acc(acc)
+insert_job(id, r, dedupe_key, now, idx, seq, nil)
 if member then
   local window_end = nil
   if ttl then window_end = now + ttl end

@@ -3,7 +3,7 @@
 -- KEYS[1]  the store's hash tag
 -- ARGV[1]  now   ARGV[2]  index flags   ARGV[3]  schedule key
 -- ARGV[4]  expected next_run_at (the slot)   ARGV[5]  new next_run_at
--- ARGV[6..19]  the tick job's request (see read_request; mode 'user')
+-- ARGV[6..11]  the tick job's request (see read_request; mode 'user')
 --
 -- Reply: 1 when the occurrence fired (job inserted, queue woken), 0 when the
 -- expectation was stale (nothing written) or the slot's job already exists
@@ -17,7 +17,5 @@ redis.call('HSET', sk, 'next_run_at', ARGV[5])
 redis.call('ZADD', K_SCHEDULES, ARGV[5], ARGV[3])
 local r = read_request(6)
 if redis.call('EXISTS', k_job(r.id)) == 1 then return 0 end
-local acc = new_acc()
-insert_job(r.id, r, '', now, ARGV[2], nil, acc)
-flush_acc(acc)
+insert_job(r.id, r, '', now, ARGV[2], nil, nil)
 return 1

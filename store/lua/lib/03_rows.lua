@@ -32,24 +32,38 @@ local function wake(queue)
   redis.call('PUBLISH', K_WAKE, queue)
 end
 
--- Request layout shared by enqueue, enqueue_many and tick_schedule: 14 ARGV
--- strings starting at index i (''= absent).
-local REQUEST_WIDTH = 14
+-- Request layout shared by enqueue, enqueue_many and tick_schedule: 6 ARGV
+-- strings starting at index i: mode, id, name, queue, payload, options.
+-- options is '' when every option is at its default (the common case: no
+-- parsing, no per-field checks), else the 9 fields of OPTION_FIELDS joined
+-- by NUL (none of them can hold a raw NUL: JSON escapes it, numbers have none).
+local REQUEST_WIDTH = 6
+local OPTION_FIELDS = {
+  'metadata', 'priority', 'attempts_max', 'backoff', 'keep', 'timeout_ms', 'trace', 'parent', 'delay',
+}
+local PLAIN_REQUEST = { __index = {
+  metadata = '{}', priority = '0', attempts_max = '1', backoff = '', keep = '',
+  timeout_ms = '', trace = '', parent = '', delay = 0,
+} }
 local function read_request(i)
-  return {
-    mode = ARGV[i], id = ARGV[i + 1], name = ARGV[i + 2], queue = ARGV[i + 3],
-    payload = ARGV[i + 4], metadata = ARGV[i + 5], priority = ARGV[i + 6],
-    attempts_max = ARGV[i + 7], backoff = ARGV[i + 8], keep = ARGV[i + 9],
-    timeout_ms = ARGV[i + 10], trace = ARGV[i + 11], parent = ARGV[i + 12],
-    delay = tonumber(ARGV[i + 13]) or 0,
-  }
+  local r = { mode = ARGV[i], id = ARGV[i + 1], name = ARGV[i + 2], queue = ARGV[i + 3], payload = ARGV[i + 4] }
+  local opts = ARGV[i + 5]
+  if opts == '' then return setmetatable(r, PLAIN_REQUEST) end
+  r.opts = true
+  local k = 0
+  for v in string.gmatch(opts .. NUL, '(%Z*)%z') do
+    k = k + 1
+    r[OPTION_FIELDS[k]] = v
+  end
+  r.delay = tonumber(r.delay) or 0
+  return r
 end
 
 -- Insert bookkeeping is accumulated and flushed once per script call, so a
 -- chunk of 500 inserts issues one ZADD per sorted set and one HINCRBY per
 -- counter instead of one per job.
 local function new_acc()
-  return { zsets = {}, order = {}, counts = {}, qnames = {}, woken = {} }
+  return { zsets = {}, order = {}, counts = {}, qnames = {}, woken = {}, routes = {} }
 end
 
 local function acc_zadd(acc, key, score, member)
@@ -99,15 +113,32 @@ local function draw_auto_id(seq)
   return 'j-' .. fmt(seq), seq
 end
 
--- Insert a fresh row: its hash now, its index entries and counters through
--- acc.  idx is the two-character index flag string ("11": name and queue
--- indexes on).  Returns the new state.
+-- The keys and counter fields one (queue, name) pair writes on insert,
+-- built once per call for a chunk (acc.routes) and per insert otherwise.
+local function insert_route(queue, name)
+  return {
+    byname = k_byname(name), byqueue = k_byqueue(queue),
+    waiting = k_waiting(queue, name), delayed = k_delayed(queue),
+    waiting_field = queue .. '|waiting', delayed_field = queue .. '|delayed',
+    qname = queue .. NUL .. name,
+  }
+end
+
+-- Insert a fresh row: its hash now; its index entries and counters through
+-- acc (flushed once per call by flush_acc), or written at once when acc is
+-- nil (a single insert: no accumulator to build).  idx is the two-character
+-- index flag string ("11": name and queue indexes on).  Returns the new state.
 local function insert_job(id, r, dedupe_key, now, idx, seq, acc)
   seq = seq or redis.call('INCR', K_SEQ)
-  local now_s = acc.now_s
-  if not now_s then
+  local now_s
+  if acc then
+    now_s = acc.now_s
+    if not now_s then
+      now_s = fmt(now)
+      acc.now_s = now_s
+    end
+  else
     now_s = fmt(now)
-    acc.now_s = now_s
   end
   local state, run_at_s = 'waiting', now_s
   if r.delay > 0 then
@@ -117,33 +148,58 @@ local function insert_job(id, r, dedupe_key, now, idx, seq, acc)
     'name', r.name, 'queue', r.queue, 'state', state, 'payload', r.payload,
     'run_at', run_at_s, 'enqueued_at', now_s, 'seq', fmt(seq),
   }
-  -- Optional fields only when they carry a value (absent = default).
   local n = 14
-  if r.metadata ~= '' and r.metadata ~= '{}' then h[n + 1], h[n + 2], n = 'metadata', r.metadata, n + 2 end
-  if r.priority ~= '' and r.priority ~= '0' then h[n + 1], h[n + 2], n = 'priority', r.priority, n + 2 end
-  if r.attempts_max ~= '' and r.attempts_max ~= '1' then
-    h[n + 1], h[n + 2], n = 'attempts_max', r.attempts_max, n + 2
+  if r.opts then
+    -- Optional fields only when they carry a value (absent = default).
+    if r.metadata ~= '' and r.metadata ~= '{}' then h[n + 1], h[n + 2], n = 'metadata', r.metadata, n + 2 end
+    if r.priority ~= '' and r.priority ~= '0' then h[n + 1], h[n + 2], n = 'priority', r.priority, n + 2 end
+    if r.attempts_max ~= '' and r.attempts_max ~= '1' then
+      h[n + 1], h[n + 2], n = 'attempts_max', r.attempts_max, n + 2
+    end
+    if r.backoff ~= '' then h[n + 1], h[n + 2], n = 'backoff', r.backoff, n + 2 end
+    if r.keep ~= '' then h[n + 1], h[n + 2], n = 'keep', r.keep, n + 2 end
+    if r.timeout_ms ~= '' then h[n + 1], h[n + 2], n = 'timeout_ms', r.timeout_ms, n + 2 end
+    if r.trace ~= '' then h[n + 1], h[n + 2], n = 'trace', r.trace, n + 2 end
+    if r.parent ~= '' then h[n + 1], h[n + 2], n = 'parent', r.parent, n + 2 end
   end
-  if r.backoff ~= '' then h[n + 1], h[n + 2], n = 'backoff', r.backoff, n + 2 end
-  if r.keep ~= '' then h[n + 1], h[n + 2], n = 'keep', r.keep, n + 2 end
-  if r.timeout_ms ~= '' then h[n + 1], h[n + 2], n = 'timeout_ms', r.timeout_ms, n + 2 end
-  if r.trace ~= '' then h[n + 1], h[n + 2], n = 'trace', r.trace, n + 2 end
-  if r.parent ~= '' then h[n + 1], h[n + 2], n = 'parent', r.parent, n + 2 end
   if dedupe_key ~= '' then h[n + 1], h[n + 2], n = 'dedupe_key', dedupe_key, n + 2 end
   redis.call('HSET', k_job(id), unpack(h))
   if r.mode == 'user' then reserve_user_id(id) end
-  acc_zadd(acc, K_ALL, now, id)
-  if string.sub(idx, 1, 1) == '1' then acc_zadd(acc, k_byname(r.name), now, id) end
-  if string.sub(idx, 2, 2) == '1' then acc_zadd(acc, k_byqueue(r.queue), now, id) end
-  if state == 'waiting' then
-    acc_zadd(acc, k_waiting(r.queue, r.name), -(tonumber(r.priority) or 0), waiting_member(seq, id))
+  local queue, name = r.queue, r.name
+  local rt
+  if acc then
+    local key = queue .. NUL .. name
+    rt = acc.routes[key]
+    if not rt then
+      rt = insert_route(queue, name)
+      acc.routes[key] = rt
+    end
   else
-    acc_zadd(acc, k_delayed(r.queue), run_at_s, id)
+    rt = insert_route(queue, name)
   end
-  local field = r.queue .. '|' .. state
+  local score, member, wkey, field
+  if state == 'waiting' then
+    wkey, score, member, field = rt.waiting, -(tonumber(r.priority) or 0), waiting_member(seq, id), rt.waiting_field
+  else
+    wkey, score, member, field = rt.delayed, run_at_s, id, rt.delayed_field
+  end
+  if not acc then
+    redis.call('ZADD', K_ALL, now_s, id)
+    if string.byte(idx, 1) == 49 then redis.call('ZADD', rt.byname, now_s, id) end
+    if string.byte(idx, 2) == 49 then redis.call('ZADD', rt.byqueue, now_s, id) end
+    redis.call('ZADD', wkey, score, member)
+    redis.call('HINCRBY', K_COUNTS, field, 1)
+    -- Which job names each queue has seen (the dashboard's filters, oldest-waiting lookups).
+    redis.call('SADD', K_QNAMES, rt.qname)
+    wake(queue)
+    return state
+  end
+  acc_zadd(acc, K_ALL, now_s, id)
+  if string.byte(idx, 1) == 49 then acc_zadd(acc, rt.byname, now_s, id) end
+  if string.byte(idx, 2) == 49 then acc_zadd(acc, rt.byqueue, now_s, id) end
+  acc_zadd(acc, wkey, score, member)
   acc.counts[field] = (acc.counts[field] or 0) + 1
-  -- Which job names each queue has seen (the dashboard's filters, oldest-waiting lookups).
-  acc.qnames[r.queue .. NUL .. r.name] = true
-  acc.woken[r.queue] = true
+  acc.qnames[rt.qname] = true
+  acc.woken[queue] = true
   return state
 end
