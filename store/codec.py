@@ -155,9 +155,7 @@ def encode_request(req: EnqueueRequest, mode: str, job_id: str) -> list[str]:
     else:
         attempts = _int_str(req.attempts_max, "attempts_max")
         if int(attempts) < 1:
-            raise InvalidRequestError(
-                f"attempts_max must be at least 1, got {req.attempts_max!r}"
-            )
+            raise InvalidRequestError(f"attempts_max must be at least 1, got {req.attempts_max!r}")
     timeout = ""
     if req.timeout_ms is not None:
         timeout = _int_str(req.timeout_ms, "timeout_ms")
