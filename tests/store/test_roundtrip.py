@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from store import MISSING, Complete, Fail, Retry, TraceContext
+from store.records import BackoffPolicy, KeepPolicy, ParentEnvelope
 from tests.store.helpers import claim_id, claim_job, counts_of, json_identical, req
 
 PAYLOADS: list[tuple[str, Any]] = [
@@ -191,3 +192,57 @@ def test_ids_that_share_prefixes_do_not_collide(store):
     for job_id in ("a", "a:b", "a|b", "a:b:c", "a{b}", "a b"):
         assert store.get_job(job_id).payload == {"id": job_id}
     assert store.counts() == counts_of(waiting=6)
+
+
+# Every option a request can carry beyond name, queue and payload travels to the scripts as
+# one NUL-joined field (empty when all are defaults): each one alone, and all together, must
+# land on the record exactly, with a NUL inside metadata, and leave the others at defaults.
+OPTIONS: dict[str, Any] = {
+    "metadata": {"tenant": "a\x00b", "k": "v"},
+    "priority": -2.5,
+    "attempts_max": 4,
+    "backoff": BackoffPolicy("exponential", 250, 3.0),
+    "keep": KeepPolicy.coerce({"count": 5}),
+    "timeout_ms": 1500,
+    "trace": TraceContext(trace_id="t" * 32, span_id="s" * 16, sampled=True, delayed=False),
+    "parent": ParentEnvelope("Flow", "f-1", "child\x00key", "other-store", 2),
+    "delay_ms": 60_000,
+}
+DEFAULTS: dict[str, Any] = {
+    "metadata": {},
+    "priority": 0,
+    "attempts_max": 1,
+    "backoff": None,
+    "keep": None,
+    "timeout_ms": None,
+    "trace": None,
+    "parent": None,
+}
+
+
+def _check_options(store, record, given: dict[str, Any]) -> None:
+    for field, default in DEFAULTS.items():
+        assert getattr(record, field) == given.get(field, default), field
+    if "delay_ms" in given:
+        assert record.state == "delayed"
+        assert record.run_at == record.enqueued_at + given["delay_ms"]
+    else:
+        assert record.state == "waiting"
+        assert record.run_at == record.enqueued_at
+
+
+@pytest.mark.parametrize("option", sorted(OPTIONS))
+def test_each_request_option_alone_round_trips(store, option):
+    given = {option: OPTIONS[option]}
+    job_id = store.enqueue(req(**given)).id
+    _check_options(store, store.get_job(job_id), given)
+    # The bulk path carries the same wire form.
+    [bulk] = store.enqueue_many([req(**given)])
+    _check_options(store, store.get_job(bulk.id), given)
+
+
+def test_every_request_option_together_round_trips(store):
+    job_id = store.enqueue(req(**OPTIONS)).id
+    _check_options(store, store.get_job(job_id), OPTIONS)
+    plain = store.get_job(store.enqueue(req()).id)
+    _check_options(store, plain, {})
