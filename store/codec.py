@@ -8,6 +8,7 @@ writes the shortest repr of floats and arbitrary-size integers).
 from __future__ import annotations
 
 import json
+import json.encoder
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -25,8 +26,31 @@ from store.records import (
     TraceContext,
 )
 
-_dumps = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode
-_dumps_ascii = json.JSONEncoder(ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode
+
+def _unserialisable(value: Any) -> Any:
+    raise TypeError(f"Object of type {value.__class__.__name__} is not JSON serializable")
+
+
+def _json_encoder(ascii_only: bool) -> Any:
+    """A compact, NaN-refusing JSON encoder: value -> str.
+
+    Built once (``JSONEncoder.encode`` builds its C encoder on every call) and
+    without circular-reference markers, so it keeps no state between calls and
+    any thread may use it; a circular value ends in RecursionError instead.
+    """
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:  # no C accelerator (another interpreter)
+        return json.JSONEncoder(
+            ensure_ascii=ascii_only, allow_nan=False, check_circular=False, separators=(",", ":")
+        ).encode
+    escape = json.encoder.encode_basestring_ascii if ascii_only else json.encoder.encode_basestring
+    chunks = make(None, _unserialisable, escape, None, ":", ",", False, False, False)
+    join = "".join
+    return lambda value: join(chunks(value, 0))
+
+
+_dumps = _json_encoder(ascii_only=False)
+_dumps_ascii = _json_encoder(ascii_only=True)
 _loads = json.loads
 
 
@@ -34,7 +58,10 @@ _CONTAINERS = (dict, list, tuple)
 
 
 def _check_keys(value: Any, what: str) -> None:
-    """JSON object keys are strings; Python's encoder would silently stringify others."""
+    """JSON object keys are strings; Python's encoder would silently stringify others.
+
+    Runs after a successful encode, so ``value`` is known to be finite (not circular).
+    """
     stack = [value]
     while stack:
         item = stack.pop()
@@ -51,13 +78,18 @@ def _check_keys(value: Any, what: str) -> None:
 
 
 def dumps(value: Any, what: str = "value") -> str:
-    """JSON text for ``value``; refuses NaN/Infinity, non-string keys and anything JSON cannot hold."""
-    if isinstance(value, _CONTAINERS):
-        _check_keys(value, what)
+    """JSON text for ``value``; refuses NaN/Infinity, non-string keys, circular values
+    and anything JSON cannot hold."""
     try:
         text = _dumps(value)
-    except (TypeError, ValueError, RecursionError) as exc:
+    except RecursionError as exc:
+        raise JobStoreError(
+            f"{what} is not JSON-serialisable: it refers to itself or is nested too deeply", exc
+        ) from exc
+    except (TypeError, ValueError) as exc:
         raise JobStoreError(f"{what} is not JSON-serialisable: {exc}", exc) from exc
+    if isinstance(value, _CONTAINERS):
+        _check_keys(value, what)
     if not text.isascii():
         # Lone surrogates cannot be sent as UTF-8; the escaped form round-trips.
         try:

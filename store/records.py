@@ -264,9 +264,13 @@ class FlowState:
 # ---------------------------------------------------------------- requests and results
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, init=False)
 class EnqueueRequest:
-    """What a producer asks the store to insert.  ``payload`` is any JSON value."""
+    """What a producer asks the store to insert.  ``payload`` is any JSON value.
+
+    Policy fields accept the policy object or its mapping form (coerced here);
+    ``metadata=None`` means no metadata.
+    """
 
     name: str
     queue: str = "default"
@@ -283,14 +287,47 @@ class EnqueueRequest:
     parent: ParentEnvelope | None = None
     delay_ms: int = 0
 
-    def __post_init__(self) -> None:
-        # Mappings become policy objects; None (the usual case) is left alone cheaply.
+    # Written by hand rather than generated: a frozen dataclass's __init__ sets each
+    # field through object.__setattr__, and requests are built on every enqueue.
+    def __init__(
+        self,
+        *,
+        name: str,
+        queue: str = "default",
+        payload: Any = None,
+        id: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+        priority: float = 0,
+        attempts_max: int = 1,
+        backoff: BackoffPolicy | Mapping[str, Any] | None = None,
+        keep: KeepPolicy | Mapping[str, Any] | None = None,
+        timeout_ms: int | None = None,
+        dedupe: DedupePolicy | Mapping[str, Any] | None = None,
+        trace: TraceContext | Mapping[str, Any] | None = None,
+        parent: ParentEnvelope | Mapping[str, Any] | None = None,
+        delay_ms: int = 0,
+    ) -> None:
+        d = self.__dict__
+        d["name"] = name
+        d["queue"] = queue
+        d["payload"] = payload
+        d["id"] = id
+        d["metadata"] = {} if metadata is None else metadata
+        d["priority"] = priority
+        d["attempts_max"] = attempts_max
+        d["backoff"] = backoff
+        d["keep"] = keep
+        d["timeout_ms"] = timeout_ms
+        d["dedupe"] = dedupe
+        d["trace"] = trace
+        d["parent"] = parent
+        d["delay_ms"] = delay_ms
+        if backoff is None and keep is None and dedupe is None and trace is None and parent is None:
+            return  # the usual case: nothing to coerce
         for attr, cls in _REQUEST_POLICIES:
-            value = getattr(self, attr)
+            value = d[attr]
             if value is not None and value.__class__ is not cls:
-                object.__setattr__(self, attr, cls.coerce(value))
-        if self.metadata is None:
-            object.__setattr__(self, "metadata", {})
+                d[attr] = cls.coerce(value)
 
 
 #: EnqueueRequest's policy fields and the class each is coerced to.

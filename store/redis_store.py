@@ -352,17 +352,17 @@ class RedisJobStore(ScheduleOperations, FlowOperations, InsightOperations):
                         item[1] = self._draw_id(requests[pos])
                     args.extend(item)
                 reply = self._run("enqueue_many", now, self._idx, len(chunk), *args)
-                for k, pos in enumerate(chunk):
-                    code, job_id = reply[2 * k], reply[2 * k + 1]
-                    if code == "new":
+                if len(reply) != len(chunk):
+                    raise JobStoreError(f"enqueue_many: unexpected reply length {len(reply)}")
+                # One entry per item: the new id, NUL + the existing id, or '' (collision).
+                for pos, job_id in zip(chunk, reply, strict=True):
+                    if not job_id:
+                        retry.append(pos)
+                    elif job_id[0] == "\0":
+                        results[pos] = EnqueueResult(job_id[1:], True)
+                    else:
                         results[pos] = EnqueueResult(job_id, False)
                         woken.add(requests[pos].queue)
-                    elif code == "dup":
-                        results[pos] = EnqueueResult(job_id, True)
-                    elif code == "collision":
-                        retry.append(pos)
-                    else:
-                        raise JobStoreError("enqueue failed: could not generate a unique job id")
             pending = retry
         if pending:
             raise JobStoreError("enqueue failed: could not generate a unique job id")

@@ -13,7 +13,7 @@
 -- A new insert and a landed replace publish a wake for the job's queue.
 local now = tonumber(ARGV[1])
 local idx = ARGV[2]
-local r = read_request(3)
+local r = read_request(3, nil)
 local dedupe_key = ARGV[9]
 local ttl = tonumber(ARGV[10])
 local extend = ARGV[11] == '1'
@@ -85,7 +85,7 @@ end
 if r.mode == 'generated' and r.id == '' then return { 'needid' } end
 local id, seq = r.id, nil
 if r.mode == 'auto' then
-  id, seq = draw_auto_id(nil)
+  id, seq = draw_auto_id()
 end
 
 -- 4. Insert, register the key, wake the queue (delayed inserts too: idle

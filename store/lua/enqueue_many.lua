@@ -4,31 +4,38 @@
 -- ARGV[1]  now    ARGV[2]  index flags    ARGV[3]  item count n
 -- ARGV[4..]  n requests of REQUEST_WIDTH strings each (see read_request)
 --
--- Reply: a flat array, two entries per item in order: code, id, where code is
--- 'new' | 'dup' | 'collision' (id '' for a collision).  Items are
--- checked sequentially, so a repeated explicit id inside one chunk inserts
--- once and reports the rest as duplicates.  The chunk reserves its FIFO
--- ordinals with one INCRBY (batch order = FIFO order), and its index entries,
--- counters and wakes are written once per key at the end.
+-- Reply: one entry per item, in order: the new job's id; NUL followed by the
+-- existing job's id for a duplicate; '' for a collision (a generated or
+-- auto id that names an existing job: the caller sends the item again).  Items are checked
+-- sequentially, so a repeated explicit id inside one chunk inserts once and
+-- reports the rest as duplicates.  The chunk reserves its FIFO ordinals with
+-- one INCRBY (batch order = FIFO order), and its index entries, counters and
+-- wakes are written once per key at the end.
 local now = tonumber(ARGV[1])
 local idx = ARGV[2]
 local n = tonumber(ARGV[3])
 local first = redis.call('INCRBY', K_SEQ, n) - n
 local out = {}
 local acc = new_acc()
-for i = 0, n - 1 do
-  local r = read_request(4 + i * REQUEST_WIDTH)
-  local code, id, seq = 'new', r.id, first + i + 1
-  if r.mode ~= 'auto' then
-    if redis.call('EXISTS', k_job(id)) == 1 then
-      if r.mode == 'user' then code = 'dup' else code, id = 'collision', '' end
-    end
-  else
-    id, seq = draw_auto_id(seq)
+local r
+-- Set once an explicit id of the store's own "j-<n>" shape is inserted: it may
+-- name an ordinal this chunk reserved, so later auto ids are probed.
+local probe = false
+for i = 1, n do
+  r = read_request(4 + (i - 1) * REQUEST_WIDTH, r)
+  local seq = fmt(first + i)
+  local id = r.id
+  if r.mode == 'auto' then
+    id = 'j-' .. seq
+    if probe and redis.call('EXISTS', k_job(id)) == 1 then id, seq = '', nil end
+  elseif redis.call('EXISTS', k_job(id)) == 1 then
+    if r.mode == 'user' then id = NUL .. id else id = '' end
+    seq = nil
+  elseif string.byte(id, 1) == 106 and string.byte(id, 2) == 45 then -- 'j-'
+    probe = true
   end
-  if code == 'new' then insert_job(id, r, '', now, idx, seq, acc) end
-  out[#out + 1] = code
-  out[#out + 1] = id
+  if seq then insert_job(id, r, '', now, idx, seq, acc) end
+  out[i] = id
 end
 flush_acc(acc)
 return out

@@ -15,7 +15,7 @@ local current = redis.call('HGET', sk, 'next_run_at')
 if (not current) or tonumber(current) ~= tonumber(ARGV[4]) then return 0 end
 redis.call('HSET', sk, 'next_run_at', ARGV[5])
 redis.call('ZADD', K_SCHEDULES, ARGV[5], ARGV[3])
-local r = read_request(6)
+local r = read_request(6, nil)
 if redis.call('EXISTS', k_job(r.id)) == 1 then return 0 end
 insert_job(r.id, r, '', now, ARGV[2], nil, nil)
 return 1

@@ -31,7 +31,14 @@ NON_JSON_PAYLOADS = [
     ("inf", float("inf")),
     ("nested-object", {"ok": [1, {"bad": object()}]}),
     ("bytes", b"raw"),
+    ("int-key", {"ok": {1: "a"}}),
 ]
+
+
+def _circular() -> dict[str, Any]:
+    loop: dict[str, Any] = {"n": 1}
+    loop["self"] = [loop]
+    return loop
 
 
 class Snapshot:
@@ -70,6 +77,17 @@ def test_non_json_payload_is_refused_before_writing(store, snapshot, label, payl
     snapshot.assert_unchanged()
     assert store.counts() == counts_of()
     assert store.get_job("bad-payload") is None
+
+
+@pytest.mark.timeout(20)
+def test_circular_payload_is_refused_promptly_before_writing(store, snapshot):
+    with pytest.raises(
+        JobStoreError, match="payload is not JSON-serialisable: it refers to itself"
+    ):
+        store.enqueue(req(id="loop", payload=_circular()))
+    with pytest.raises(JobStoreError, match="refers to itself"):
+        store.enqueue_many([req(payload={"fine": 1}), req(payload=_circular())])
+    snapshot.assert_unchanged()
 
 
 def test_non_json_exit_is_refused_and_job_stays_active(store):

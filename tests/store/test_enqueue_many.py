@@ -219,6 +219,25 @@ def test_inv_10_priority_and_delay_survive_the_batch_path(store, clock):
     assert isinstance(claim(store, token="t-x"), Empty)
 
 
+def test_inv_04_in_one_chunk_a_user_j_id_never_collides_with_later_store_ids(store):
+    # The chunk reserves its ordinals before it reads the items; an explicit "j-<n>" id
+    # inside that range must not be overwritten by a store-assigned id of the same chunk.
+    base = int(store.enqueue(req()).id[2:])
+    taken = [f"j-{base + k}" for k in (2, 3, 5)]
+    batch = [req(id=job_id, payload={"user": job_id}) for job_id in taken]
+    batch += [req(payload={"auto": k}) for k in range(6)]
+    results = store.enqueue_many(batch)
+    assert [r.id for r in results[:3]] == taken
+    assert not any(r.duplicate for r in results)
+    ids = [r.id for r in results]
+    assert len(set(ids)) == len(ids) == 9
+    for job_id in taken:
+        assert store.get_job(job_id).payload == {"user": job_id}
+    for k, r in enumerate(results[3:]):
+        assert store.get_job(r.id).payload == {"auto": k}
+    assert store.counts()["waiting"] == 10
+
+
 def test_batch_dedupe_and_id_duplicates_mixed(store):
     results = store.enqueue_many(
         [

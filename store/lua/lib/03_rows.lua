@@ -15,9 +15,12 @@ local function counts_add(queue, state, n)
 end
 
 -- Waiting members sort by score (-priority), then by bytes of the member: a
--- zero-padded FIFO ordinal followed by the id.
+-- zero-padded FIFO ordinal followed by the id.  seq is a number or its decimal
+-- string (as stored in the job hash); ordinals stay below 10^15.
+local ZEROS16 = '0000000000000000'
 local function waiting_member(seq, id)
-  return string.format('%016.0f', tonumber(seq)) .. id
+  if type(seq) ~= 'string' then seq = fmt(seq) end
+  return string.sub(ZEROS16, #seq + 1) .. seq .. id
 end
 
 local function add_waiting(queue, name, priority, seq, id)
@@ -45,10 +48,18 @@ local PLAIN_REQUEST = { __index = {
   metadata = '{}', priority = '0', attempts_max = '1', backoff = '', keep = '',
   timeout_ms = '', trace = '', parent = '', delay = 0,
 } }
-local function read_request(i)
-  local r = { mode = ARGV[i], id = ARGV[i + 1], name = ARGV[i + 2], queue = ARGV[i + 3], payload = ARGV[i + 4] }
+-- into: optionally, the table an earlier call returned for a plain request; a
+-- plain request is read into it again instead of a fresh table (a chunk reads
+-- up to 500 requests, nearly always plain, and keeps none of them).
+local function read_request(i, into)
   local opts = ARGV[i + 5]
-  if opts == '' then return setmetatable(r, PLAIN_REQUEST) end
+  local r = into
+  if opts ~= '' or not r or r.opts then
+    r = {}
+    if opts == '' then setmetatable(r, PLAIN_REQUEST) end
+  end
+  r.mode, r.id, r.name, r.queue, r.payload = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
+  if opts == '' then return r end
   r.opts = true
   local k = 0
   for v in string.gmatch(opts .. NUL, '(%Z*)%z') do
@@ -107,10 +118,11 @@ local function reserve_user_id(id)
   end
 end
 
--- Draw a store-assigned id: returns id, seq (the seq doubles as the FIFO ordinal).
-local function draw_auto_id(seq)
-  seq = seq or redis.call('INCR', K_SEQ)
-  return 'j-' .. fmt(seq), seq
+-- Draw a store-assigned id: returns id, seq (the seq, as a decimal string,
+-- doubles as the FIFO ordinal).
+local function draw_auto_id()
+  local seq = fmt(redis.call('INCR', K_SEQ))
+  return 'j-' .. seq, seq
 end
 
 -- The keys and counter fields one (queue, name) pair writes on insert,
@@ -130,6 +142,7 @@ end
 -- index flag string ("11": name and queue indexes on).  Returns the new state.
 local function insert_job(id, r, dedupe_key, now, idx, seq, acc)
   seq = seq or redis.call('INCR', K_SEQ)
+  if type(seq) ~= 'string' then seq = fmt(seq) end
   local now_s
   if acc then
     now_s = acc.now_s
@@ -146,7 +159,7 @@ local function insert_job(id, r, dedupe_key, now, idx, seq, acc)
   end
   local h = {
     'name', r.name, 'queue', r.queue, 'state', state, 'payload', r.payload,
-    'run_at', run_at_s, 'enqueued_at', now_s, 'seq', fmt(seq),
+    'run_at', run_at_s, 'enqueued_at', now_s, 'seq', seq,
   }
   local n = 14
   if r.opts then
