@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import html as htmllib
 import re
+import time
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -439,6 +440,25 @@ def test_a_failure_shows_its_traceback_and_the_ledger_shows_every_attempt(
     assert '<pre class="traceback">Traceback (most recent call last):' in failed
     assert "ValueError: card declined &lt;b&gt;bold&lt;/b&gt;" in failed
     assert '<span class="badge outcome-failed">failed</span>' in failed
+
+
+def test_failed_reason_is_shown_only_when_the_store_recorded_one(
+    stores: Stores, admin_client_: Client
+) -> None:
+    main = stores.main
+    handler_failed = failed_job(main)
+    stalled = main.enqueue(EnqueueRequest(name="Charge", queue="billing")).id
+    claimed = main.claim(queue="billing", names=["Charge"], token="w:9", lock_duration_ms=1)
+    assert isinstance(claimed, Claimed) and claimed.job.id == stalled
+    time.sleep(0.02)
+    main.recover_stalled(max_stalled_count=0)
+    reason = main.get_job(stalled).failed_reason
+    assert main.get_job(stalled).state == "failed" and reason
+
+    # A handler's error is the failure box (from the exit); no empty "Failed reason" row.
+    assert "Failed reason" not in text_of(admin_client_.get(f"/stores/main/jobs/{handler_failed}"))
+    stalled_html = text_of(admin_client_.get(f"/stores/main/jobs/{stalled}"))
+    assert f"<dt>Failed reason</dt><dd>{reason}</dd>" in stalled_html
 
 
 def test_an_active_job_shows_its_lock_owner_expiry_and_cancel_flag(
