@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import threading
 from typing import Any
 
@@ -295,3 +297,32 @@ def test_completed_job_is_not_reclaimed(store):
     result = store.enqueue(req())
     finish(store, result.id, Complete(None))
     assert isinstance(claim(store, token="t-again"), Empty)
+
+
+def test_enqueue_request_hand_written_init_matches_its_declared_fields():
+    # EnqueueRequest spells its __init__ out for speed; it must not drift from the fields.
+    from store import BackoffPolicy, EnqueueRequest
+
+    params = inspect.signature(EnqueueRequest).parameters
+    fields = dataclasses.fields(EnqueueRequest)
+    assert list(params) == [f.name for f in fields]
+    for f in fields:
+        param = params[f.name]
+        assert param.kind is inspect.Parameter.KEYWORD_ONLY, f.name
+        if f.default is not dataclasses.MISSING:
+            assert param.default == f.default, f.name
+        elif f.default_factory is not dataclasses.MISSING:
+            assert param.default is None, f.name  # None stands for a fresh default
+            assert getattr(EnqueueRequest(name="x"), f.name) == f.default_factory(), f.name
+        else:
+            assert param.default is inspect.Parameter.empty, f.name
+
+    built = EnqueueRequest(name="x", backoff={"kind": "fixed", "delay_ms": 5})
+    assert built.backoff == BackoffPolicy("fixed", 5)
+    assert dataclasses.replace(built, queue="q") == EnqueueRequest(
+        name="x", queue="q", backoff=BackoffPolicy("fixed", 5)
+    )
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        built.name = "y"  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        EnqueueRequest("x")  # type: ignore[misc]
