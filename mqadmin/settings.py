@@ -59,7 +59,7 @@ MIDDLEWARE = [
     "django_htmx.middleware.HtmxMiddleware",
 ]
 
-ROOT_URLCONF = "mqadmin.urls"
+ROOT_URLCONF = "mqadmin.site_urls"
 WSGI_APPLICATION = "mqadmin.wsgi.application"
 
 TEMPLATES = [
@@ -93,7 +93,7 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
 LOGIN_URL = "login"
-LOGIN_REDIRECT_URL = "home"
+LOGIN_REDIRECT_URL = "mqadmin:home"
 LOGOUT_REDIRECT_URL = "login"
 
 # -- i18n, static ----------------------------------------------------------------------

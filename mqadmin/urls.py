@@ -1,4 +1,6 @@
-"""URL configuration of the mqadmin project.
+"""URL configuration of the mqadmin app (namespace ``mqadmin``).
+
+A host project mounts it under any prefix: ``path("ops/mq/", include("mqadmin.urls"))``.
 
 Job ids, flow ids, queue names and schedule keys may hold any character, "/"
 included, so ids sit at the end of a path (``<path:...>``) and action targets
@@ -7,10 +9,11 @@ travel in the POST body, never in the path.
 
 from __future__ import annotations
 
-from django.contrib import admin
-from django.urls import include, path
+from django.urls import path
 
 from mqadmin import views
+
+app_name = "mqadmin"
 
 urlpatterns = [
     path("", views.home, name="home"),
@@ -29,7 +32,4 @@ urlpatterns = [
     path("bulk/selected/", views.bulk_selected, name="bulk_selected"),
     path("bulk/preview/", views.bulk_preview, name="bulk_preview"),
     path("bulk/run/", views.bulk_run, name="bulk_run"),
-    # login/, logout/, password_change/ ... with templates under templates/registration/.
-    path("accounts/", include("django.contrib.auth.urls")),
-    path("admin/", admin.site.urls),
 ]

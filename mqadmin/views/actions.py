@@ -62,12 +62,16 @@ def job_action(request: HttpRequest, verb: str) -> HttpResponse:
         request.user, verb, store=store_name, target=job_id, result=result.message, ok=result.ok
     )
     fallback = (
-        reverse("jobs") + f"?store={store_name}"
+        reverse("mqadmin:jobs") + f"?store={store_name}"
         if verb == "remove" and result.ok
-        else reverse("job", args=[store_name, job_id])
+        else reverse("mqadmin:job", args=[store_name, job_id])
     )
     next_url = form.cleaned_data["next"]
-    if verb == "remove" and result.ok and next_url == reverse("job", args=[store_name, job_id]):
+    if (
+        verb == "remove"
+        and result.ok
+        and next_url == reverse("mqadmin:job", args=[store_name, job_id])
+    ):
         next_url = ""  # the job's own page is gone
     return _done(request, result.ok, result.message, fallback, next_url)
 
@@ -95,7 +99,7 @@ def queue_action(request: HttpRequest, verb: str) -> HttpResponse:
             job_store.resume(queue)
             message = f"Resumed queue “{queue}” of {store_name}."
     AuditEntry.record(request.user, verb, store=store_name, target=queue, result=message)
-    return _done(request, True, message, reverse("home"), form.cleaned_data["next"])
+    return _done(request, True, message, reverse("mqadmin:home"), form.cleaned_data["next"])
 
 
 @require_POST
@@ -136,4 +140,4 @@ def schedule_action(request: HttpRequest, verb: str) -> HttpResponse:
     AuditEntry.record(
         request.user, action, store=store_name, target=key, params=params, result=message, ok=ok
     )
-    return _done(request, ok, message, reverse("schedules"), form.cleaned_data["next"])
+    return _done(request, ok, message, reverse("mqadmin:schedules"), form.cleaned_data["next"])

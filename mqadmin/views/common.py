@@ -20,8 +20,7 @@ from urllib.parse import urlencode
 from django.conf import settings
 from django.contrib.auth.views import redirect_to_login
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
-from django.urls import reverse
+from django.shortcuts import render, resolve_url
 from django_htmx.middleware import HtmxDetails
 
 from mqadmin import dashboard, permissions
@@ -143,7 +142,7 @@ def login_redirect(request: HttpRequest) -> HttpResponse:
         # A polling fragment must not swap the login form into the page: send the
         # whole tab to the login page, returning to the page it was showing.
         current = request.htmx.current_url_abs_path or request.get_full_path()
-        login_url = reverse(settings.LOGIN_URL)
+        login_url = resolve_url(settings.LOGIN_URL)
         response = HttpResponse(status=401)
         response["HX-Redirect"] = f"{login_url}?{urlencode({'next': current})}"
         return response

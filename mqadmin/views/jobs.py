@@ -82,7 +82,7 @@ def lookup(request: HtmxHttpRequest) -> HttpResponse:
             lookup_store=store_name,
             lookup_id=job_id,
         )
-    return redirect(reverse("job", args=[store_name, job_id]))
+    return redirect(reverse("mqadmin:job", args=[store_name, job_id]))
 
 
 @require_GET
