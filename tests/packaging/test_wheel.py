@@ -129,7 +129,9 @@ def test_sdist_holds_the_source_folders_once(sdist_names: set[str]) -> None:
     for path in tree_files("templates") + tree_files("static"):
         assert path in sdist_names, path
     # The in-tree symlinks are not duplicated as copies.
-    assert not [name for name in sdist_names if name.startswith(("mqadmin/templates/", "mqadmin/static/"))]
+    assert not [
+        name for name in sdist_names if name.startswith(("mqadmin/templates/", "mqadmin/static/"))
+    ]
     assert {"pyproject.toml", "README.md", "manage.py", "mqadmin/settings.py"} <= sdist_names
 
 

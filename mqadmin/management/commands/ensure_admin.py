@@ -38,9 +38,11 @@ class Command(BaseCommand):
                 f"User {username!r} exists but is not a superuser; "
                 f"run `manage.py createsuperuser` with another name."
             )
-        password_file = Path(getattr(settings, "VAR_DIR", settings.BASE_DIR / "var")) / (
-            "admin_password"
+        # VAR_DIR is the development project's; a host project has at least BASE_DIR.
+        var_dir = getattr(settings, "VAR_DIR", None) or (
+            Path(getattr(settings, "BASE_DIR", None) or Path.cwd()) / "var"
         )
+        password_file = Path(var_dir) / "admin_password"
         password = os.environ.get(PASSWORD_ENV)
         if password:
             origin = "env"
