@@ -3,6 +3,8 @@
 #
 # 1. Everything against a private embedded Redis 6.2 (or MQ_TEST_REDIS_URL when set) and the
 #    dashboard database on SQLite.  This pass alone is what a fresh machine runs.
+#    1b: the host-project tests (their own settings module); 1c: the wheel installed
+#    into a new project (.ci/wheel-project.sh).
 # 2. When a Redis answers on 127.0.0.1:6379 (and MQ_TEST_REDIS_URL is unset): the store,
 #    runtime, flow, chaos, property and command suites again against that server (Redis 7 here).
 #    Tests only touch keys under their own unique prefixes; nothing is flushed.
@@ -19,6 +21,17 @@ PY=.venv/bin/python
 
 echo "== pass 1: embedded Redis${MQ_TEST_REDIS_URL:+ ($MQ_TEST_REDIS_URL)}, SQLite"
 "$PY" -m pytest "$@"
+
+# pytest-django uses one settings module per process: the app inside a minimal host
+# project (tests/hostproject: its own user model, login, URLconf with the app under
+# ops/mq/) runs as a pass of its own.
+echo "== pass 1b: mqadmin inside a host project (tests/host)"
+"$PY" -m pytest tests/host --ds=tests.hostproject.settings "$@"
+
+# The built wheel in a fresh virtualenv, added to a `django-admin startproject` project
+# as README "Add mqadmin to an existing Django project" says, one task run end to end.
+echo "== pass 1c: the wheel in a new Django project"
+bash .ci/wheel-project.sh
 
 if [ -z "${MQ_TEST_REDIS_URL:-}" ]; then
   if "$PY" -c 'import redis, sys; sys.exit(0 if redis.Redis(socket_connect_timeout=1).ping() else 1)' 2>/dev/null; then
