@@ -244,6 +244,33 @@ def test_anonymous_htmx_requests_send_the_tab_to_the_hosts_login(
     assert response["HX-Redirect"] == f"{LOGIN_PATH}?next=%2Fops%2Fmq%2Fjobs%2F%3Fx%3D1"
 
 
+def test_a_login_url_with_its_own_query_string_keeps_it(
+    settings: Any, seeded: Seeded, client: Client
+) -> None:
+    settings.LOGIN_URL = "https://sso.example.com/login?realm=ops"
+    url = reverse("mqadmin:jobs")
+
+    plain = client.get(url)
+    htmx = client.get(
+        url, headers={"HX-Request": "true", "HX-Current-URL": f"http://testserver{url}"}
+    )
+
+    for target in (plain["Location"], htmx["HX-Redirect"]):
+        parts = urlsplit(target)
+        assert (parts.netloc, parts.path) == ("sso.example.com", "/login")
+        assert parse_qs(parts.query) == {"realm": ["ops"], "next": [url]}
+
+
+def test_jobs_lookup_redirects_under_the_prefix(
+    seeded: Seeded, member: Callable[..., Client]
+) -> None:
+    response = member().get(reverse("mqadmin:lookup") + f"?store=main&id={seeded.failed}")
+
+    assert response.status_code == 302
+    assert response["Location"] == reverse("mqadmin:job", args=["main", seeded.failed])
+    assert response["Location"].startswith(PREFIX)
+
+
 def test_signing_in_with_the_hosts_user_model_and_login_page(
     seeded: Seeded, client: Client
 ) -> None:
