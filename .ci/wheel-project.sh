@@ -6,9 +6,9 @@
 #      virtualenv (nothing of this checkout is on its path);
 #   2. `django-admin startproject hostsite`, then the README's lines appended to its
 #      settings.py and urls.py, and a `shop` app (`manage.py startapp`) holding one job;
-#   3. `manage.py check` (the app's system checks must pass), `migrate`, the dashboard
-#      under /ops/mq/ through Django's test client (templates and static files from the
-#      wheel, anonymous visitors sent to LOGIN_URL);
+#   3. `manage.py check --fail-level WARNING` (the app's system checks must pass),
+#      `migrate`, the dashboard under /ops/mq/ through Django's test client (templates and
+#      static files from the wheel, anonymous visitors sent to LOGIN_URL, the admin's login);
 #   4. one task end to end: enqueued from Django code, run by `manage.py runworker --burst`,
 #      its result read back from the store.  With mqadmin/tasks.py in the wheel this is a
 #      Django Tasks `@task` through TASKS = {"default": {"BACKEND":
@@ -72,6 +72,10 @@ from django.urls import include  # noqa: E402
 
 urlpatterns += [path("ops/mq/", include("mqadmin.urls"))]
 EOF
+# -- README: the login page (a startproject project has only the admin's) ----------------
+cat >>hostsite/settings.py <<'EOF'
+LOGIN_URL = "admin:login"
+EOF
 # The project's own app, with its job (README "Running workers").
 cat >>hostsite/settings.py <<'EOF'
 INSTALLED_APPS += ["shop"]
@@ -127,7 +131,8 @@ assert reverse("mqadmin:home") == "/ops/mq/"
 
 anonymous = Client().get("/ops/mq/jobs/")
 assert anonymous.status_code == 302, anonymous.status_code
-assert anonymous["Location"] == "/accounts/login/?next=/ops/mq/jobs/", anonymous["Location"]
+assert anonymous["Location"] == "/admin/login/?next=/ops/mq/jobs/", anonymous["Location"]
+assert Client().get(anonymous["Location"]).status_code == 200
 
 admin = get_user_model().objects.create_superuser("ops", "ops@example.com", None)
 client = Client()

@@ -96,6 +96,7 @@ def check_host_project(app_configs: Any = None, **kwargs: Any) -> list[CheckMess
     messages += check_user_model()
     messages += check_connection_settings()
     messages += check_static_files()
+    messages += check_login_url()
     return messages
 
 
@@ -276,3 +277,60 @@ def check_static_files() -> list[CheckMessage]:
             id="mqadmin.W001",
         )
     ]
+
+
+def check_login_url() -> list[CheckMessage]:
+    """Anonymous visitors are sent to LOGIN_URL: it must name a page of the project.
+
+    A URL name that does not reverse would answer every anonymous visit with a 500
+    (an error); a local path that no URL pattern serves, with a 404 (a warning: a
+    proxy in front of Django may serve it).  Another site's URL is not checked.
+    """
+    from urllib.parse import urlsplit
+
+    from django.shortcuts import resolve_url
+    from django.urls import NoReverseMatch, Resolver404, get_script_prefix, resolve
+
+    login_url = getattr(settings, "LOGIN_URL", None)
+    if not login_url:
+        return [
+            Error(
+                "LOGIN_URL is empty: the dashboard sends anonymous visitors to it.",
+                hint="Set LOGIN_URL to the project's login page (a URL name or a path).",
+                id="mqadmin.E018",
+            )
+        ]
+    try:
+        target = str(resolve_url(login_url))
+    except NoReverseMatch:
+        return [
+            Error(
+                f"LOGIN_URL {login_url!r} is not a URL name of this project (nor a path): "
+                "every anonymous visit of the dashboard would fail.",
+                hint="Name an existing login view, e.g. LOGIN_URL = 'admin:login', or "
+                "include django.contrib.auth.urls under accounts/.",
+                id="mqadmin.E018",
+            )
+        ]
+    except Exception:  # a broken URLconf: Django's own checks report it
+        return []
+    parts = urlsplit(target)
+    if parts.scheme or parts.netloc or not parts.path.startswith("/"):
+        return []
+    prefix = get_script_prefix()
+    path = "/" + parts.path[len(prefix) :] if parts.path.startswith(prefix) else parts.path
+    try:
+        resolve(path)
+    except Resolver404:
+        return [
+            Warning(
+                f"LOGIN_URL {login_url!r} ({target}) matches no URL pattern of this project: "
+                "anonymous visitors of the dashboard would get a 404.",
+                hint="Add a login page there (e.g. path('accounts/', "
+                "include('django.contrib.auth.urls'))), or set LOGIN_URL = 'admin:login'.",
+                id="mqadmin.W002",
+            )
+        ]
+    except Exception:
+        return []
+    return []

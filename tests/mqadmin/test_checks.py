@@ -252,3 +252,30 @@ def test_data_dir_without_base_dir_is_a_per_user_state_dir_outside_a_checkout(
     monkeypatch.setattr(store.embedded, "__file__", str(fake_package))
 
     assert embedded_data_dir() == tmp_path / "state" / "mqadmin" / "redis"
+
+
+@pytest.mark.parametrize(
+    "login_url", ["login", "/accounts/login/", "admin:login", "https://sso.example.com/"]
+)
+def test_a_login_url_of_the_project_or_another_site_passes(settings: Any, login_url: str) -> None:
+    settings.LOGIN_URL = login_url
+
+    assert check_host_project() == []
+
+
+@pytest.mark.parametrize("login_url", ["", "signin"])
+def test_a_login_url_that_names_nothing_is_an_error(settings: Any, login_url: str) -> None:
+    settings.LOGIN_URL = login_url
+
+    messages = check_host_project()
+
+    assert ids(messages) == ["mqadmin.E018"]
+
+
+def test_a_login_path_no_pattern_serves_is_a_warning(settings: Any) -> None:
+    settings.LOGIN_URL = "/sign-in/"
+
+    messages = check_host_project()
+
+    assert ids(messages) == ["mqadmin.W002"]
+    assert "404" in messages[0].msg
