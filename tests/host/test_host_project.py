@@ -470,3 +470,36 @@ def test_no_mq_setting_at_all_uses_the_embedded_redis_and_the_mq_prefix(
 
 def test_manage_py_check_passes_in_the_host_project() -> None:
     call_command("check", fail_level="WARNING")
+
+
+def test_behind_a_script_prefix_every_link_and_redirect_keeps_it(
+    seeded: Seeded, member: Callable[..., Client]
+) -> None:
+    # The whole site served under /corp (SCRIPT_NAME from the web server, which the WSGI
+    # handler turns into the script prefix; Django's test client leaves that to us):
+    # reverse() and the pages' links carry it, and so do redirects.
+    from django.urls import get_script_prefix, set_script_prefix
+
+    client = member("pause_queue")
+    before = get_script_prefix()
+    set_script_prefix("/corp/")
+    try:
+        html = client.get(PREFIX + "jobs/?store=main", SCRIPT_NAME="/corp").content.decode()
+        response = client.post(
+            PREFIX + "actions/queue/pause/",
+            {"store": "main", "queue": "emails"},
+            SCRIPT_NAME="/corp",
+        )
+        anonymous = Client().get(PREFIX + "jobs/", SCRIPT_NAME="/corp")
+    finally:
+        set_script_prefix(before)
+    links = local_urls(html)
+    assert "/corp/ops/mq/jobs/" in links
+    for link in links:
+        # STATIC_URL is absolute here ("/assets/"), so it is not prefixed.
+        assert link.startswith(("/corp/ops/mq/", "/assets/mqadmin/")), link
+    assert response.status_code == 302
+    assert response["Location"] == "/corp/ops/mq/"
+    location = urlsplit(anonymous["Location"])
+    assert location.path == "/corp" + LOGIN_PATH
+    assert parse_qs(location.query)["next"] == ["/corp/ops/mq/jobs/"]
