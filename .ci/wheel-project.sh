@@ -43,9 +43,8 @@ WHEEL="$(ls "$WORK"/dist/mqadmin-*.whl)"
 step "install it with django-tasks into a new virtualenv"
 "$PY" -m venv "$WORK/venv"
 VPY="$WORK/venv/bin/python"
-"$VPY" -m pip install --quiet --disable-pip-version-check "$WHEEL" django-tasks 2>&1 \
-  | grep -v "^WARNING: Location" || true
-"$VPY" -c 'import mqadmin, django_tasks' # both installed, or the pip step failed
+"$VPY" -m pip install --quiet --disable-pip-version-check "$WHEEL" django-tasks \
+  >"$WORK/pip.log" 2>&1 || { grep -v "^WARNING: Location" "$WORK/pip.log"; exit 1; }
 if "$VPY" -c 'import importlib.util, sys; sys.exit(importlib.util.find_spec("mqadmin.tasks") is None)'; then
   HAVE_TASKS=1
 else
@@ -184,5 +183,20 @@ if os.environ["HAVE_TASKS"] == "1":
 else:
     assert record.exit == {"sum": 5}, record.exit
     print(f"   job {task_id}: {record.state}, returned {record.exit}")
+
+# ... and the dashboard shows it.
+from django.contrib.auth import get_user_model
+from django.test import Client
+from django.test.utils import setup_test_environment
+from django.urls import reverse
+
+setup_test_environment()
+client = Client()
+client.force_login(get_user_model().objects.get(username="ops"))
+url = reverse("mqadmin:job", args=["default", task_id])
+page = client.get(url)
+assert page.status_code == 200, page.status_code
+assert "completed" in page.content.decode()
+print(f"   the dashboard shows it at {url}")
 '
 echo "-- the wheel works in a new project"
