@@ -503,3 +503,16 @@ def test_behind_a_script_prefix_every_link_and_redirect_keeps_it(
     location = urlsplit(anonymous["Location"])
     assert location.path == "/corp" + LOGIN_PATH
     assert parse_qs(location.query)["next"] == ["/corp/ops/mq/jobs/"]
+
+
+def test_ensure_admin_creates_a_superuser_of_the_hosts_user_model(
+    settings: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MQ_ADMIN_PASSWORD", "pw-for-tests")
+    settings.BASE_DIR = tmp_path  # the host has no VAR_DIR: the password file goes under BASE_DIR
+
+    call_command("ensure_admin", username="root@example.com")
+
+    admin = get_user_model().objects.get()
+    assert (admin.email, admin.is_superuser) == ("root@example.com", True)
+    assert admin.check_password("pw-for-tests")

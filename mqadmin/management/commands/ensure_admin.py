@@ -53,9 +53,12 @@ class Command(BaseCommand):
         else:
             password, origin = secrets.token_urlsafe(GENERATED_PASSWORD_BYTES), "generated"
             _write_private(password_file, password)
-        user_model._default_manager.db_manager().create_superuser(
-            **{user_model.USERNAME_FIELD: username, "email": "", "password": password}
-        )
+        fields = {user_model.USERNAME_FIELD: username, "password": password}
+        email_field = user_model.get_email_field_name()
+        if email_field != user_model.USERNAME_FIELD:
+            # A user model that signs in by e-mail gets the name there, not an empty one.
+            fields[email_field] = ""
+        user_model._default_manager.db_manager().create_superuser(**fields)
         if origin == "env":
             self.stdout.write(
                 self.style.SUCCESS(
