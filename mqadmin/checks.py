@@ -229,13 +229,14 @@ def check_connection_settings() -> list[CheckMessage]:
     messages: list[CheckMessage] = []
     url = getattr(settings, "MQ_REDIS_URL", None)
     if url is not None and (
-        not isinstance(url, str)
-        or (url and not url.startswith(("redis://", "rediss://", "unix://")))
+        not isinstance(url, str) or (url and _url_scheme(url) not in URL_SCHEMES)
     ):
+        # Only the scheme is quoted: the rest of a URL may hold a password.
+        got = repr(_url_scheme(url) + "://") if isinstance(url, str) else type(url).__name__
         messages.append(
             Error(
-                f"MQ_REDIS_URL must be a redis://, rediss:// or unix:// URL, got {type(url).__name__} "
-                f"{'value' if not isinstance(url, str) else 'starting ' + repr(url.split(':', 1)[0])}.",
+                "MQ_REDIS_URL must be a redis://, rediss://, unix://, redis+cluster:// or "
+                f"rediss+cluster:// URL, got {got}.",
                 hint="Example: MQ_REDIS_URL = 'redis://127.0.0.1:6379/0'; leave it unset "
                 "(or None) for the embedded Redis.",
                 id="mqadmin.E015",
@@ -262,6 +263,15 @@ def check_connection_settings() -> list[CheckMessage]:
             )
         )
     return messages
+
+
+#: The URL schemes ``store.connect`` accepts.
+URL_SCHEMES = frozenset({"redis", "rediss", "unix", "redis+cluster", "rediss+cluster"})
+
+
+def _url_scheme(url: str) -> str:
+    scheme, sep, _ = url.partition("://")
+    return scheme.lower() if sep else ""
 
 
 def check_static_files() -> list[CheckMessage]:

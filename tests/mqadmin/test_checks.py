@@ -165,7 +165,17 @@ def test_a_malformed_mq_redis_url(settings: Any, url: Any) -> None:
     assert ids(check_host_project()) == ["mqadmin.E015"]
 
 
-@pytest.mark.parametrize("url", [None, "redis://127.0.0.1:6379/0", "unix:///tmp/r.sock"])
+@pytest.mark.parametrize(
+    "url",
+    [
+        None,
+        "redis://127.0.0.1:6379/0",
+        "rediss://h:6380/0",
+        "unix:///tmp/r.sock",
+        "redis+cluster://h1:7000,h2:7001",
+        "rediss+cluster://h1:7000",
+    ],
+)
 def test_a_good_or_absent_mq_redis_url(settings: Any, url: Any) -> None:
     settings.MQ_REDIS_URL = url
 
