@@ -56,6 +56,8 @@ fi
 if [ -n "$pg_url" ]; then
   echo "== pass 3: the dashboard suite on PostgreSQL"
   DATABASE_URL="$pg_url" "$PY" -m pytest tests/mqadmin "$@"
+  echo "== pass 3b: the host project on PostgreSQL"
+  DATABASE_URL="$pg_url" "$PY" -m pytest tests/host --ds=tests.hostproject.settings "$@"
 else
   echo "== pass 3 skipped: no PostgreSQL (set TEST_DATABASE_URL)"
 fi

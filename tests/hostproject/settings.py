@@ -11,7 +11,10 @@ username), its own login URL, its admin under ``backoffice/``, static files unde
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+
+from mqadmin.config import parse_database_url
 
 BASE_DIR = Path(__file__).resolve().parent
 
@@ -59,7 +62,13 @@ TEMPLATES = [
     },
 ]
 
-DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}}
+# SQLite in memory, or the PostgreSQL of DATABASE_URL (.ci/test-all.sh's pass 3), where
+# column lengths are enforced (the audit log's username of a long e-mail login).
+DATABASES = {
+    "default": parse_database_url(os.environ["DATABASE_URL"])
+    if os.environ.get("DATABASE_URL")
+    else {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}
+}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_USER_MODEL = "members.Member"
