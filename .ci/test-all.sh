@@ -9,7 +9,8 @@
 #    runtime, flow, chaos, property and command suites again against that server (Redis 7 here).
 #    Tests only touch keys under their own unique prefixes; nothing is flushed.
 # 3. When TEST_DATABASE_URL is set, or PostgreSQL accepts postgres@127.0.0.1:5432: the
-#    dashboard suite again on PostgreSQL (Django creates and drops its own test database).
+#    dashboard suite and the host-project tests again on PostgreSQL (Django creates and
+#    drops its own test database).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 PY=.venv/bin/python
