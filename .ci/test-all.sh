@@ -3,11 +3,14 @@
 #
 # 1. Everything against a private embedded Redis 6.2 (or MQ_TEST_REDIS_URL when set) and the
 #    dashboard database on SQLite.  This pass alone is what a fresh machine runs.
+#    1b: the host-project tests (their own settings module); 1c: the wheel installed
+#    into a new project (.ci/wheel-project.sh).
 # 2. When a Redis answers on 127.0.0.1:6379 (and MQ_TEST_REDIS_URL is unset): the store,
 #    runtime, flow, chaos, property and command suites again against that server (Redis 7 here).
 #    Tests only touch keys under their own unique prefixes; nothing is flushed.
 # 3. When TEST_DATABASE_URL is set, or PostgreSQL accepts postgres@127.0.0.1:5432: the
-#    dashboard suite again on PostgreSQL (Django creates and drops its own test database).
+#    dashboard suite and the host-project tests again on PostgreSQL (Django creates and
+#    drops its own test database).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 PY=.venv/bin/python
@@ -19,6 +22,20 @@ PY=.venv/bin/python
 
 echo "== pass 1: embedded Redis${MQ_TEST_REDIS_URL:+ ($MQ_TEST_REDIS_URL)}, SQLite"
 "$PY" -m pytest "$@"
+
+# pytest-django uses one settings module per process: the app inside a minimal host
+# project (tests/hostproject: its own user model, login, URLconf with the app under
+# ops/mq/) runs as a pass of its own.
+echo "== pass 1b: mqadmin inside a host project (tests/host)"
+rc=0
+"$PY" -m pytest tests/host --ds=tests.hostproject.settings "$@" || rc=$?
+# Exit 5 (nothing collected) is fine only when extra arguments (say -k) deselected it all.
+if [ "$rc" -ne 0 ] && ! { [ "$rc" -eq 5 ] && [ "$#" -gt 0 ]; }; then exit "$rc"; fi
+
+# The built wheel in a fresh virtualenv, added to a `django-admin startproject` project
+# as README "Add mqadmin to an existing Django project" says, one task run end to end.
+echo "== pass 1c: the wheel in a new Django project"
+bash .ci/wheel-project.sh
 
 if [ -z "${MQ_TEST_REDIS_URL:-}" ]; then
   if "$PY" -c 'import redis, sys; sys.exit(0 if redis.Redis(socket_connect_timeout=1).ping() else 1)' 2>/dev/null; then
@@ -40,6 +57,8 @@ fi
 if [ -n "$pg_url" ]; then
   echo "== pass 3: the dashboard suite on PostgreSQL"
   DATABASE_URL="$pg_url" "$PY" -m pytest tests/mqadmin "$@"
+  echo "== pass 3b: the host project on PostgreSQL"
+  DATABASE_URL="$pg_url" "$PY" -m pytest tests/host --ds=tests.hostproject.settings "$@"
 else
   echo "== pass 3 skipped: no PostgreSQL (set TEST_DATABASE_URL)"
 fi

@@ -77,7 +77,10 @@ class AuditEntry(models.Model):
         authenticated = bool(getattr(user, "is_authenticated", False))
         return cls.objects.create(
             user=user if authenticated else None,
-            username=user.get_username() if authenticated else "",
+            # A custom user model's name (an e-mail, say) may be longer than the column.
+            username=user.get_username()[: cls._meta.get_field("username").max_length]
+            if authenticated
+            else "",
             action=action,
             store=store,
             target=target,

@@ -12,8 +12,10 @@ working even when the store package cannot be imported.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from django.conf import settings
@@ -60,12 +62,57 @@ class StoreOverview:
         return sum(self.counts.values())
 
 
+# The key prefix of the single default store when the project sets neither MQ_STORES
+# nor MQ_PREFIX.
+DEFAULT_PREFIX = "mq"
+
+
 def configured_stores() -> dict[str, dict[str, Any]]:
-    """``settings.MQ_STORES``: store name -> {"prefix": ..., "url": ... (optional)}."""
+    """``settings.MQ_STORES``: store name -> {"prefix": ..., "url": ... (optional)}.
+
+    A host project may set none of the MQ_* settings: then there is one store,
+    ``default``, with the prefix ``MQ_PREFIX`` (``"mq"`` when unset too).
+    """
     stores: dict[str, dict[str, Any]] = getattr(settings, "MQ_STORES", None) or {
-        "default": {"prefix": getattr(settings, "MQ_PREFIX", "mq")}
+        "default": {"prefix": getattr(settings, "MQ_PREFIX", None) or DEFAULT_PREFIX}
     }
     return stores
+
+
+def embedded_data_dir() -> Path:
+    """The data directory of the embedded Redis (used by stores without a Redis URL).
+
+    In order: the ``MQ_DATA_DIR`` setting, the ``MQ_DATA_DIR`` environment variable,
+    ``<BASE_DIR>/var/redis`` when the project's settings define ``BASE_DIR`` (as
+    ``django-admin startproject`` writes them; in this repository that is its own
+    ``var/redis``), else the store's default (a per-user state directory).
+    """
+    from store.embedded import DATA_DIR_ENV, default_data_dir
+
+    configured = getattr(settings, "MQ_DATA_DIR", None) or os.environ.get(DATA_DIR_ENV)
+    if configured:
+        return Path(configured).expanduser()
+    base_dir = getattr(settings, "BASE_DIR", None)
+    if base_dir:
+        return Path(base_dir) / "var" / "redis"
+    return default_data_dir()
+
+
+def new_client(url: str | None) -> Any:
+    """A new (uncached) client for ``url``; None: the embedded Redis, started if needed.
+
+    Raises:
+        store.JobStoreError: Redis unreachable, or the embedded Redis failed to start.
+    """
+    from store.connection import connect
+    from store.embedded import EmbeddedRedis
+
+    if url:
+        return connect(url)
+    # Started here rather than through connect(None), which would prefer an
+    # MQ_REDIS_URL in the environment over the (possibly overridden) settings, and
+    # would not know the project's data directory.
+    return connect(EmbeddedRedis(embedded_data_dir()).ensure_running())
 
 
 def store_url(entry: dict[str, Any]) -> str | None:
@@ -77,11 +124,11 @@ def store_url(entry: dict[str, Any]) -> str | None:
 def describe_redis(url: str | None) -> str:
     """How a page names a Redis: the masked URL, or where the embedded one listens."""
     from store.connection import mask_url
-    from store.embedded import EmbeddedRedis, default_data_dir
+    from store.embedded import EmbeddedRedis
 
     if url:
         return mask_url(url)
-    return f"embedded Redis at {EmbeddedRedis(default_data_dir()).socket_path}"
+    return f"embedded Redis at {EmbeddedRedis(embedded_data_dir()).socket_path}"
 
 
 def get_client(url: str | None) -> tuple[Any, str]:
@@ -98,15 +145,7 @@ def get_client(url: str | None) -> tuple[Any, str]:
         cached = _clients.get(key)
         if cached is not None:
             return cached
-        from store.connection import connect
-        from store.embedded import EmbeddedRedis, default_data_dir
-
-        if url:
-            client = connect(url)
-        else:
-            # Started here rather than through connect(None), which would prefer an
-            # MQ_REDIS_URL in the environment over the (possibly overridden) settings.
-            client = connect(EmbeddedRedis(default_data_dir()).ensure_running())
+        client = new_client(url)
         entry = (client, describe_redis(url))
         _clients[key] = entry
         return entry

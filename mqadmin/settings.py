@@ -65,6 +65,8 @@ WSGI_APPLICATION = "mqadmin.wsgi.application"
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
+        # templates/registration/: this project's login page (the app's own templates
+        # come through APP_DIRS, as in any project that installs the wheel).
         "DIRS": [BASE_DIR / "templates"],
         "APP_DIRS": True,
         "OPTIONS": {
@@ -104,7 +106,8 @@ USE_I18N = True
 USE_TZ = True
 
 STATIC_URL = "static/"
-STATICFILES_DIRS = [BASE_DIR / "static"]
+# The app's own static folder (mqadmin/static/mqadmin, linked to static/mqadmin) is found
+# by the app directories finder, as in any project that installs the wheel.
 # Target of `manage.py collectstatic` for deployments behind a web server.
 STATIC_ROOT = VAR_DIR / "static"
 

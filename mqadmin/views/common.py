@@ -15,11 +15,11 @@ import logging
 from collections.abc import Callable
 from functools import wraps
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import urlsplit, urlunsplit
 
 from django.conf import settings
 from django.contrib.auth.views import redirect_to_login
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import render, resolve_url
 from django_htmx.middleware import HtmxDetails
 
@@ -142,8 +142,12 @@ def login_redirect(request: HttpRequest) -> HttpResponse:
         # A polling fragment must not swap the login form into the page: send the
         # whole tab to the login page, returning to the page it was showing.
         current = request.htmx.current_url_abs_path or request.get_full_path()
-        login_url = resolve_url(settings.LOGIN_URL)
+        # LOGIN_URL may be a URL name, a path or another site's URL, with a query
+        # string of its own (kept): "next" is added to it.
+        parts = urlsplit(resolve_url(settings.LOGIN_URL))
+        query = QueryDict(parts.query, mutable=True)
+        query["next"] = current
         response = HttpResponse(status=401)
-        response["HX-Redirect"] = f"{login_url}?{urlencode({'next': current})}"
+        response["HX-Redirect"] = urlunsplit(parts._replace(query=query.urlencode()))
         return response
     return redirect_to_login(request.get_full_path())

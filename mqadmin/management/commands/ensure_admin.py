@@ -38,9 +38,11 @@ class Command(BaseCommand):
                 f"User {username!r} exists but is not a superuser; "
                 f"run `manage.py createsuperuser` with another name."
             )
-        password_file = Path(getattr(settings, "VAR_DIR", settings.BASE_DIR / "var")) / (
-            "admin_password"
+        # VAR_DIR is the development project's; a host project has at least BASE_DIR.
+        var_dir = getattr(settings, "VAR_DIR", None) or (
+            Path(getattr(settings, "BASE_DIR", None) or Path.cwd()) / "var"
         )
+        password_file = Path(var_dir) / "admin_password"
         password = os.environ.get(PASSWORD_ENV)
         if password:
             origin = "env"
@@ -51,9 +53,12 @@ class Command(BaseCommand):
         else:
             password, origin = secrets.token_urlsafe(GENERATED_PASSWORD_BYTES), "generated"
             _write_private(password_file, password)
-        user_model._default_manager.db_manager().create_superuser(
-            **{user_model.USERNAME_FIELD: username, "email": "", "password": password}
-        )
+        fields = {user_model.USERNAME_FIELD: username, "password": password}
+        email_field = user_model.get_email_field_name()
+        if email_field != user_model.USERNAME_FIELD:
+            # A user model that signs in by e-mail gets the name there, not an empty one.
+            fields[email_field] = ""
+        user_model._default_manager.db_manager().create_superuser(**fields)
         if origin == "env":
             self.stdout.write(
                 self.style.SUCCESS(

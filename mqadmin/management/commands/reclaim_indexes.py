@@ -53,12 +53,13 @@ def open_store(name: str) -> Any:
     Building it runs the store's boot reconcile, exactly as any other process of
     the prefix would (so a command never disagrees with the per-prefix setting).
     """
-    from store import RedisJobStore, StoreFailure, connect
+    from mqadmin.services import new_client
+    from store import RedisJobStore, StoreFailure
 
     entry = store_entry(name)
     url = entry.get("url") or getattr(settings, "MQ_REDIS_URL", None)
     try:
-        client = connect(url)
+        client = new_client(url)
         return RedisJobStore(client, prefix=str(entry["prefix"]), indexes=configured_indexes(name))
     except StoreFailure as exc:
         raise CommandError(f"store {name!r}: {exc}") from exc

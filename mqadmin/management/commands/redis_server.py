@@ -22,7 +22,10 @@ class Command(BaseCommand):
             "--data-dir",
             type=Path,
             default=None,
-            help="Data directory of the server (default: $MQ_DATA_DIR or <project>/var/redis).",
+            help=(
+                "Data directory of the server (default: the MQ_DATA_DIR setting, "
+                "$MQ_DATA_DIR, or <BASE_DIR>/var/redis)."
+            ),
         )
         actions = parser.add_subparsers(dest="action", metavar="{start,stop,status}")
         actions.required = True
@@ -39,9 +42,10 @@ class Command(BaseCommand):
         actions.add_parser("status", parents=[common], help="Show whether and how it runs.")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        from store.embedded import EmbeddedRedis, EmbeddedRedisError, default_data_dir
+        from mqadmin.services import embedded_data_dir
+        from store.embedded import EmbeddedRedis, EmbeddedRedisError
 
-        server = EmbeddedRedis(options["data_dir"] or default_data_dir())
+        server = EmbeddedRedis(options["data_dir"] or embedded_data_dir())
         action = options["action"]
         try:
             if action == "start":
