@@ -62,7 +62,7 @@ except ImportError:  # Django 5.2 with the django-tasks backport
     from django_tasks.base import Task, TaskContext, TaskError, TaskResult, TaskResultStatus
     from django_tasks.signals import task_enqueued, task_finished, task_started
 
-from store.errors import InvalidRequestError
+from store.errors import InvalidRequestError, JobStoreError
 from store.jobs import Job, current_job, unrecoverable
 from store.keys import NUL
 from store.records import AttemptRecord, EnqueueRequest, JobRecord
@@ -245,8 +245,11 @@ class StoreBackend(BaseTaskBackend):  # type: ignore[misc,valid-type]
         """Write the job, and (first time in a while) mark its name runnable on its queue."""
         try:
             job_id: str = store.enqueue(request).id
-        except InvalidRequestError as exc:
-            raise InvalidTaskArguments(f"cannot enqueue {request.name}: {exc}") from exc
+        except (InvalidRequestError, JobStoreError) as exc:
+            refusal = _refusal(request, exc)
+            if refusal is None:
+                raise
+            raise refusal from exc
         key = (store.keys.resolvable, marker(request.queue, request.name))
         seen = _markers.get(key)
         now = time.monotonic()
@@ -393,8 +396,20 @@ def _check_encodable(store: Any, request: EnqueueRequest) -> None:
 
     try:
         codec.encode_wire(request, "user", request.id or "")
-    except InvalidRequestError as exc:
-        raise InvalidTaskArguments(f"cannot enqueue {request.name}: {exc}") from exc
+    except (InvalidRequestError, JobStoreError) as exc:
+        refusal = _refusal(request, exc)
+        if refusal is None:
+            raise
+        raise refusal from exc
+
+
+def _refusal(request: EnqueueRequest, exc: Exception) -> Exception | None:
+    """A store refusal of the request's content as InvalidTaskArguments (None: not bad input)."""
+    if isinstance(exc, JobStoreError) and not isinstance(
+        exc.__cause__, TypeError | ValueError | RecursionError
+    ):
+        return None  # Redis trouble: let it propagate as it is
+    return InvalidTaskArguments(f"cannot enqueue {request.name}: {exc}")
 
 
 def check_importable(task: Task) -> None:

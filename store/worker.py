@@ -718,6 +718,8 @@ class Worker:
             token = set_current_job(entry.ctx)
             try:
                 return await fn(*args)
+            except (SystemExit, KeyboardInterrupt) as exc:
+                raise _carried(exc, entry) from exc
             finally:
                 reset_current_job(token)
         assert self._loop is not None and self._sync_pool is not None
@@ -739,6 +741,8 @@ class Worker:
                 before()
             entry.ctx.check_interrupted()
             return fn(*args)
+        except (SystemExit, KeyboardInterrupt) as exc:
+            raise _carried(exc, entry) from exc
         finally:
             for _, after in self.job_hooks:
                 with contextlib.suppress(Exception):
@@ -1062,6 +1066,21 @@ class _ChildFailure(Exception):
         super().__init__(payload.get("message", "child process failed"))
         self.exit = payload["exit"]
         self.unrecoverable = bool(payload.get("unrecoverable"))
+
+
+def _carried(exc: BaseException, entry: _InFlight) -> _ChildFailure:
+    """A handler's SystemExit/KeyboardInterrupt as a plain failure of its job.
+
+    Re-raised as is, asyncio would let it stop the worker's event loop; carried, the
+    job fails with that exception's type and traceback and the worker carries on.
+    """
+    return _ChildFailure(
+        {
+            "exit": encode_failure(exc, worker_id=entry.ctx.worker_id),
+            "message": f"{type(exc).__name__}: {exc}",
+            "unrecoverable": is_unrecoverable(exc),
+        }
+    )
 
 
 def _child_main(fn: Callable[..., Any], args: tuple[Any, ...], ctx: JobContext, conn: Any) -> None:
