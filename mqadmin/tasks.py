@@ -56,11 +56,13 @@ try:  # Django 6.0+
     from django.tasks.backends.base import BaseTaskBackend
     from django.tasks.base import Task, TaskContext, TaskError, TaskResult, TaskResultStatus
     from django.tasks.signals import task_enqueued, task_finished, task_started
+    from django.utils.json import normalize_json
 except ImportError:  # Django 5.2 with the django-tasks backport
     from django_tasks import exceptions as _exceptions
     from django_tasks.backends.base import BaseTaskBackend
     from django_tasks.base import Task, TaskContext, TaskError, TaskResult, TaskResultStatus
     from django_tasks.signals import task_enqueued, task_finished, task_started
+    from django_tasks.utils import normalize_json
 
 from store.errors import InvalidRequestError, JobStoreError
 from store.jobs import Job, current_job, unrecoverable
@@ -188,7 +190,7 @@ class StoreBackend(BaseTaskBackend):  # type: ignore[misc,valid-type]
         self.keep = probe.keep
         self.timeout_ms = probe.timeout_ms
         self.registry: StoreRegistry = default_registry
-        self._valid: set[Any] = set()
+        self._valid: dict[Any, str] = {}
         self._importable: set[str] = set()
 
     # ------------------------------------------------------------ helpers
@@ -197,13 +199,14 @@ class StoreBackend(BaseTaskBackend):  # type: ignore[misc,valid-type]
     def store(self) -> Any:
         return self.registry.get(self.store_key)
 
-    def _validate(self, task: Task) -> None:
-        """Django's checks plus importability, cached per Task value."""
+    def _validate(self, task: Task) -> str:
+        """Django's checks plus importability, cached per Task value; returns the module path."""
         try:
-            if task in self._valid:
-                return
+            path = self._valid.get(task)
         except TypeError:  # an unhashable field: validate every time
-            pass
+            path = None
+        if path is not None:
+            return path
         self.validate_task(task)
         path = task.module_path
         if path not in self._importable:
@@ -212,9 +215,10 @@ class StoreBackend(BaseTaskBackend):  # type: ignore[misc,valid-type]
         try:
             if len(self._valid) >= VALID_CACHE_MAX:
                 self._valid.clear()
-            self._valid.add(task)
+            self._valid[task] = path
         except TypeError:
             pass
+        return path
 
     def _defer(self, task: Task) -> bool:
         wanted = getattr(task, "enqueue_on_commit", None)
@@ -223,13 +227,19 @@ class StoreBackend(BaseTaskBackend):  # type: ignore[misc,valid-type]
         return bool(wanted) and transaction.get_connection().in_atomic_block
 
     def _request(
-        self, task: Task, args: list[Any], kwargs: dict[str, Any], job_id: str | None, now: int
+        self,
+        task: Task,
+        path: str,
+        args: list[Any],
+        kwargs: dict[str, Any],
+        job_id: str | None,
+        now: int,
     ) -> EnqueueRequest:
         delay = 0
         if task.run_after is not None:
             delay = max(0, int(task.run_after.timestamp() * 1000) - now)
         return EnqueueRequest(
-            name=task.module_path,
+            name=path,
             queue=task.queue_name,
             payload={"args": args, "kwargs": kwargs},
             id=job_id,
@@ -265,40 +275,21 @@ class StoreBackend(BaseTaskBackend):  # type: ignore[misc,valid-type]
     # ------------------------------------------------------------ the backend API
 
     def enqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:
-        self._validate(task)
-        try:
-            result = TaskResult(
-                task=task,
-                id="",
-                status=TaskResultStatus.READY,
-                enqueued_at=None,
-                started_at=None,
-                finished_at=None,
-                last_attempted_at=None,
-                args=args,
-                kwargs=kwargs,
-                backend=self.alias,
-                errors=[],
-                worker_ids=[],
-            )
-        except (TypeError, ValueError) as exc:
-            raise InvalidTaskArguments(
-                f"arguments of {task.module_path} cannot be stored as JSON: {exc}"
-            ) from exc
+        path = self._validate(task)
+        args, kwargs = _json_arguments(path, args, kwargs)
         store = self.store
         now = store.now()
         if self._defer(task):
             job_id = "t-" + secrets.token_hex(16)
-            request = self._request(task, result.args, result.kwargs, job_id, now)
+            request = self._request(task, path, args, kwargs, job_id, now)
             _check_encodable(store, request)
             transaction.on_commit(lambda: self._insert(store, request))
             enqueued_at = None
         else:
-            request = self._request(task, result.args, result.kwargs, None, now)
+            request = self._request(task, path, args, kwargs, None, now)
             job_id = self._insert(store, request)
             enqueued_at = _ms_to_dt(now)
-        object.__setattr__(result, "id", job_id)
-        object.__setattr__(result, "enqueued_at", enqueued_at)
+        result = _ready_result(task, job_id, enqueued_at, args, kwargs, self.alias)
         task_enqueued.send(type(self), task_result=result)
         return result
 
@@ -388,6 +379,89 @@ class StoreBackend(BaseTaskBackend):  # type: ignore[misc,valid-type]
         if record.state == "completed" and isinstance(record.exit, dict):
             object.__setattr__(result, "_return_value", record.exit.get("return_value"))
         return result
+
+
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+# TaskResult's fields, when they are the ones this module fills in directly (else: the constructor).
+_FAST_RESULT = {f.name for f in dataclasses.fields(TaskResult)} == {
+    "task",
+    "id",
+    "status",
+    "enqueued_at",
+    "started_at",
+    "finished_at",
+    "last_attempted_at",
+    "args",
+    "kwargs",
+    "backend",
+    "errors",
+    "worker_ids",
+    "_return_value",
+}
+
+
+def _plain(value: Any) -> bool:
+    """True for values JSON holds as they are (exact types: no conversion needed)."""
+    kind = type(value)
+    if kind in _SCALARS:
+        return True
+    if kind is list:
+        return all(_plain(v) for v in value)
+    if kind is dict:
+        return all(type(k) is str and _plain(v) for k, v in value.items())
+    return False
+
+
+def _json_arguments(path: str, args: Any, kwargs: Any) -> tuple[list[Any], dict[str, Any]]:
+    """The arguments as the framework stores them (``normalize_json``), or InvalidTaskArguments."""
+    if type(kwargs) is dict and _plain(kwargs) and all(_plain(v) for v in args):
+        return (args if type(args) is list else list(args)), kwargs
+    try:
+        return normalize_json(args), normalize_json(kwargs)
+    except (TypeError, ValueError) as exc:
+        raise InvalidTaskArguments(f"arguments of {path} cannot be stored as JSON: {exc}") from exc
+
+
+def _ready_result(
+    task: Task,
+    job_id: str,
+    enqueued_at: datetime | None,
+    args: list[Any],
+    kwargs: dict[str, Any],
+    alias: str,
+) -> TaskResult:
+    """A READY TaskResult of already-normalised arguments (skips normalising them twice)."""
+    if not _FAST_RESULT:
+        return TaskResult(
+            task=task,
+            id=job_id,
+            status=TaskResultStatus.READY,
+            enqueued_at=enqueued_at,
+            started_at=None,
+            finished_at=None,
+            last_attempted_at=None,
+            args=args,
+            kwargs=kwargs,
+            backend=alias,
+            errors=[],
+            worker_ids=[],
+        )
+    result = object.__new__(TaskResult)
+    put = object.__setattr__
+    put(result, "task", task)
+    put(result, "id", job_id)
+    put(result, "status", TaskResultStatus.READY)
+    put(result, "enqueued_at", enqueued_at)
+    put(result, "started_at", None)
+    put(result, "finished_at", None)
+    put(result, "last_attempted_at", None)
+    put(result, "args", args)
+    put(result, "kwargs", kwargs)
+    put(result, "backend", alias)
+    put(result, "errors", [])
+    put(result, "worker_ids", [])
+    put(result, "_return_value", None)
+    return result
 
 
 def _check_encodable(store: Any, request: EnqueueRequest) -> None:

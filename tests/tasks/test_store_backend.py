@@ -474,3 +474,15 @@ def test_running_task_reads_running(backend: Any, main_store: Any) -> None:
     result.refresh()
     assert result.status == TaskResultStatus.RUNNING
     assert result.started_at is not None and result.finished_at is None
+
+
+def test_arguments_are_stored_as_the_framework_normalises_them(main_store: Any) -> None:
+    result = t.echo.enqueue((1, (2, 3)), b"bytes", nested={"t": (4,), "l": [5]})
+    expected_args = [[1, [2, 3]], "bytes"]
+    expected_kwargs = {"nested": {"t": [4], "l": [5]}}
+    assert result.args == expected_args and result.kwargs == expected_kwargs
+    assert stored(main_store, result.id).payload == {
+        "args": expected_args,
+        "kwargs": expected_kwargs,
+    }
+    assert default_task_backend.get_result(result.id).args == expected_args
