@@ -431,35 +431,50 @@ def _ready_result(
     alias: str,
 ) -> TaskResult:
     """A READY TaskResult of already-normalised arguments (skips normalising them twice)."""
+    return _result(
+        task, job_id, TaskResultStatus.READY, enqueued_at, None, None, None, args, kwargs, alias
+    )
+
+
+def _result(
+    task: Task,
+    job_id: str,
+    status: Any,
+    enqueued_at: datetime | None,
+    started_at: datetime | None,
+    finished_at: datetime | None,
+    last_attempted_at: datetime | None,
+    args: list[Any],
+    kwargs: dict[str, Any],
+    alias: str,
+    errors: list[Any] | None = None,
+    worker_ids: list[str] | None = None,
+) -> TaskResult:
+    """A TaskResult of arguments that are already JSON values (as the framework normalises them).
+
+    Built field by field where the installed framework's TaskResult has exactly the fields
+    filled in here, skipping a second normalisation of the arguments; else via its constructor.
+    """
+    fields = {
+        "task": task,
+        "id": job_id,
+        "status": status,
+        "enqueued_at": enqueued_at,
+        "started_at": started_at,
+        "finished_at": finished_at,
+        "last_attempted_at": last_attempted_at,
+        "args": args,
+        "kwargs": kwargs,
+        "backend": alias,
+        "errors": [] if errors is None else errors,
+        "worker_ids": [] if worker_ids is None else worker_ids,
+    }
     if not _FAST_RESULT:
-        return TaskResult(
-            task=task,
-            id=job_id,
-            status=TaskResultStatus.READY,
-            enqueued_at=enqueued_at,
-            started_at=None,
-            finished_at=None,
-            last_attempted_at=None,
-            args=args,
-            kwargs=kwargs,
-            backend=alias,
-            errors=[],
-            worker_ids=[],
-        )
+        return TaskResult(**fields)
     result = object.__new__(TaskResult)
     put = object.__setattr__
-    put(result, "task", task)
-    put(result, "id", job_id)
-    put(result, "status", TaskResultStatus.READY)
-    put(result, "enqueued_at", enqueued_at)
-    put(result, "started_at", None)
-    put(result, "finished_at", None)
-    put(result, "last_attempted_at", None)
-    put(result, "args", args)
-    put(result, "kwargs", kwargs)
-    put(result, "backend", alias)
-    put(result, "errors", [])
-    put(result, "worker_ids", [])
+    for name, value in fields.items():
+        put(result, name, value)
     put(result, "_return_value", None)
     return result
 
@@ -626,6 +641,18 @@ class _TaskRunner:
         self.task = task
         self.store = store
         self.alias = alias
+        # (queue, priority) -> the task as enqueued (Task.using validates: not per run).
+        self._variants: dict[tuple[str, int], Task] = {}
+
+    def _variant(self, queue: str, priority: int) -> Task:
+        variant = self._variants.get((queue, priority))
+        if variant is None:
+            variant = self.task
+            if (variant.queue_name, variant.priority) != (queue, priority):
+                variant = variant.using(queue_name=queue, priority=priority)
+            if len(self._variants) < 256:
+                self._variants[(queue, priority)] = variant
+        return variant
 
     def _running(self, payload: Mapping[str, Any]) -> Any:
         ctx = current_job()
@@ -634,33 +661,45 @@ class _TaskRunner:
         if ctx.attempt > 1:  # a retry: the earlier attempts' workers come from the ledger
             worker_ids[:0] = _workers(self.store.get_attempts(record.id))
         now = _ms_to_dt(record.processed_at)
-        return TaskResult(
-            task=self.task.using(queue_name=record.queue, priority=int(record.priority)),
-            id=record.id,
-            status=TaskResultStatus.RUNNING,
-            enqueued_at=_ms_to_dt(record.enqueued_at),
-            started_at=now,
-            finished_at=None,
-            last_attempted_at=now,
-            args=payload["args"],
-            kwargs=payload["kwargs"],
-            backend=self.alias,
-            errors=[],
+        return _result(
+            self._variant(record.queue, int(record.priority)),
+            record.id,
+            TaskResultStatus.RUNNING,
+            _ms_to_dt(record.enqueued_at),
+            now,
+            None,
+            now,
+            payload["args"],
+            payload["kwargs"],
+            self.alias,
             worker_ids=worker_ids,
         )
 
-    def _finish(self, result: Any, exc: BaseException | None) -> None:
-        when = datetime.now(tz=UTC)
+    def _finish(self, result: Any, exc: BaseException | None, value: Any = None) -> None:
+        errors = []
+        if exc is not None:
+            errors.append(
+                TaskError(
+                    exception_class_path=f"{type(exc).__module__}.{type(exc).__qualname__}",
+                    traceback="".join(traceback.format_exception(exc)),
+                )
+            )
+        done = _result(
+            result.task,
+            result.id,
+            TaskResultStatus.SUCCESSFUL if exc is None else TaskResultStatus.FAILED,
+            result.enqueued_at,
+            result.started_at,
+            datetime.now(tz=UTC),
+            result.last_attempted_at,
+            result.args,
+            result.kwargs,
+            result.backend,
+            errors,
+            result.worker_ids,
+        )
         if exc is None:
-            done = dataclasses.replace(result, status=TaskResultStatus.SUCCESSFUL, finished_at=when)
-        else:
-            error = TaskError(
-                exception_class_path=f"{type(exc).__module__}.{type(exc).__qualname__}",
-                traceback="".join(traceback.format_exception(exc)),
-            )
-            done = dataclasses.replace(
-                result, status=TaskResultStatus.FAILED, finished_at=when, errors=[error]
-            )
+            object.__setattr__(done, "_return_value", value)
         task_finished.send(StoreBackend, task_result=done)
 
     def run(self, payload: Mapping[str, Any]) -> Any:
@@ -676,7 +715,7 @@ class _TaskRunner:
         except BaseException as exc:
             self._finish(result, exc)
             raise
-        self._finish(result, None)
+        self._finish(result, None, value)
         return {"return_value": value, "worker_id": current_job().worker_id}
 
     async def arun(self, payload: Mapping[str, Any]) -> Any:
@@ -692,7 +731,7 @@ class _TaskRunner:
         except BaseException as exc:
             self._finish(result, exc)
             raise
-        self._finish(result, None)
+        self._finish(result, None, value)
         return {"return_value": value, "worker_id": current_job().worker_id}
 
 
