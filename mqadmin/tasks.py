@@ -301,10 +301,8 @@ class StoreBackend(BaseTaskBackend):  # type: ignore[misc,valid-type]
         record = store.get_job(result_id) if isinstance(result_id, str) and result_id else None
         if record is None:
             raise TaskResultDoesNotExist(result_id)
-        attempts = (
-            store.get_attempts(result_id) if record.attempts_made or record.is_terminal else []
-        )
-        return self.result_from(record, attempts)
+        # The ledger survives retries and stall requeues: always read it.
+        return self.result_from(record, store.get_attempts(result_id))
 
     async def aget_result(self, result_id: str) -> TaskResult:
         return await sync_to_async(self.get_result, thread_sensitive=True)(result_id)

@@ -486,3 +486,20 @@ def test_arguments_are_stored_as_the_framework_normalises_them(main_store: Any) 
         "kwargs": expected_kwargs,
     }
     assert default_task_backend.get_result(result.id).args == expected_args
+
+
+def test_a_stalled_attempt_is_reported_as_an_error(backend: Any, main_store: Any) -> None:
+    from store import Claimed
+
+    result = t.noop_task.enqueue()
+    claimed = main_store.claim(
+        queue="default", names=[t.noop_task.module_path], token="w-dead:1", lock_duration_ms=1
+    )
+    assert isinstance(claimed, Claimed)
+    time.sleep(0.02)  # the lock expires: its worker is gone
+    assert [r.id for r in main_store.recover_stalled(1)] == [result.id]
+    result.refresh()
+    assert result.status == TaskResultStatus.READY  # requeued for another attempt
+    (error,) = result.errors
+    assert error.exception_class.__name__ == "TaskStalled"
+    assert "stopped heartbeating" in error.traceback
