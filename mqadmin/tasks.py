@@ -193,6 +193,21 @@ class StoreBackend(BaseTaskBackend):  # type: ignore[misc,valid-type]
         self._valid: dict[Any, str] = {}
         self._importable: set[str] = set()
 
+    def check(self, **kwargs: Any) -> Iterable[Any]:
+        """``manage.py check``: the store this backend writes to must be configured."""
+        from django.core import checks
+
+        from mqadmin import services
+
+        stores = services.configured_stores()
+        if self.store_key not in stores:
+            yield checks.Error(
+                f"TASKS[{self.alias!r}] writes to the store {self.store_key!r}, which MQ_STORES "
+                f"does not define (known: {', '.join(sorted(stores)) or 'none'})",
+                hint='Set OPTIONS["STORE"] to an MQ_STORES name, or add that store to MQ_STORES.',
+                id="mqadmin.E201",
+            )
+
     # ------------------------------------------------------------ helpers
 
     @property

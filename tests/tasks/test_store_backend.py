@@ -503,3 +503,10 @@ def test_a_stalled_attempt_is_reported_as_an_error(backend: Any, main_store: Any
     (error,) = result.errors
     assert error.exception_class.__name__ == "TaskStalled"
     assert "stopped heartbeating" in error.traceback
+
+
+def test_check_names_a_store_that_is_not_configured(tasks_settings: Any) -> None:
+    assert list(task_backends["default"].check()) == []
+    tasks_settings.TASKS = tasks_setting(STORE="nowhere")
+    (error,) = task_backends["default"].check()
+    assert error.id == "mqadmin.E201" and "'nowhere'" in error.msg and "main" in error.msg
