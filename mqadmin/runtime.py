@@ -96,7 +96,11 @@ def tasks_resolver(job_store: Any, queues: list[str] | None = None) -> Any:
     for backend in backends:
         allowed |= set(backend.queues)
     return TaskResolver(
-        job_store, queues=allowed, only=queues or None, backend_alias=backends[0].alias
+        job_store,
+        queues=allowed,
+        only=queues or None,
+        backend_alias=backends[0].alias,
+        any_queue=any(not backend.queues for backend in backends),
     )
 
 

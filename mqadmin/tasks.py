@@ -139,8 +139,9 @@ def marker(queue: str, name: str) -> str:
     return f"{queue}{NUL}{name}"
 
 
-# (resolvable key, marker) -> monotonic time it was last written, shared by every backend.
-_markers: dict[tuple[str, str], float] = {}
+# (Redis client, resolvable key, marker) -> monotonic time it was last written, shared by
+# every backend of the process.
+_markers: dict[tuple[int, str, str], float] = {}
 _markers_lock = threading.Lock()
 
 
@@ -275,11 +276,11 @@ class StoreBackend(BaseTaskBackend):  # type: ignore[misc,valid-type]
             if refusal is None:
                 raise
             raise refusal from exc
-        key = (store.keys.resolvable, marker(request.queue, request.name))
+        key = (id(store.client), store.keys.resolvable, marker(request.queue, request.name))
         seen = _markers.get(key)
         now = time.monotonic()
         if seen is None or now - seen > MARKER_TTL_S:
-            store._command("record task name", "sadd", key[0], key[1])
+            store._command("record task name", "sadd", key[1], key[2])
             with _markers_lock:
                 _markers[key] = now
             if seen is None:
@@ -590,9 +591,12 @@ class TaskResolver:
         queues: Iterable[str] = (),
         only: Iterable[str] | None = None,
         backend_alias: str = "default",
+        any_queue: bool = False,
     ) -> None:
         self.store = store
         self._queues = set(queues)
+        # A backend with QUEUES = [] accepts any queue: serve every queue tasks were enqueued on.
+        self._any_queue = any_queue
         self._only = set(only) if only else None
         self.backend_alias = backend_alias
         self._lock = threading.Lock()
@@ -612,7 +616,9 @@ class TaskResolver:
             return by_queue
 
     def queues(self) -> list[str]:
-        queues = self._queues | set(self._read())
+        queues = set(self._queues)
+        if self._any_queue:
+            queues |= set(self._read())
         if self._only is not None:
             queues &= self._only
         return sorted(queues)
@@ -624,14 +630,14 @@ class TaskResolver:
         try:
             task = load_task(name)
         except TaskNotImportable as exc:
-            failure = TaskNotImportable(
+            reason = (
                 f"Django task {name!r} cannot be run here: {exc} "
                 "(is the module deployed on this worker, and the path a @task?)"
             )
-            logger.error("%s", failure)
+            logger.error("%s", reason)
 
             def refuse(payload: Any) -> Any:
-                raise unrecoverable(failure)
+                raise unrecoverable(TaskNotImportable(reason))
 
             return _job(name, self.store.store_key, refuse)
         runner = _TaskRunner(task, self.store, self.backend_alias)

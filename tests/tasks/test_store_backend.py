@@ -510,3 +510,16 @@ def test_check_names_a_store_that_is_not_configured(tasks_settings: Any) -> None
     tasks_settings.TASKS = tasks_setting(STORE="nowhere")
     (error,) = task_backends["default"].check()
     assert error.id == "mqadmin.E201" and "'nowhere'" in error.msg and "main" in error.msg
+
+
+def test_worker_serves_only_the_backend_queues(main_store: Any, run_worker: Any) -> None:
+    # A task recorded on a queue this backend does not allow (e.g. by another configuration).
+    stray = main_store.enqueue(
+        EnqueueRequest(
+            name=t.noop_task.module_path, queue="elsewhere", payload={"args": [], "kwargs": {}}
+        )
+    ).id
+    main_store.client.sadd(main_store.keys.resolvable, marker("elsewhere", t.noop_task.module_path))
+    output = run_worker()
+    assert "Django tasks: serving queues default, queue-1" in output
+    assert stored(main_store, stray).state == "waiting"
