@@ -156,7 +156,8 @@ class StoreBackend(BaseTaskBackend):  # type: ignore[misc,valid-type]
 
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
         super().__init__(alias, params)
-        options = self.options
+        # Every released framework version keeps OPTIONS; set it where a base class does not.
+        options = self.options = dict(params.get("OPTIONS") or {})
         unknown = set(options) - {
             "STORE",
             "ATTEMPTS",
@@ -170,7 +171,10 @@ class StoreBackend(BaseTaskBackend):  # type: ignore[misc,valid-type]
                 f"unknown OPTIONS for {alias!r} (mqadmin.tasks.StoreBackend): {', '.join(sorted(unknown))}"
             )
         self.store_key = str(options.get("STORE", "default"))
-        self.enqueue_on_commit = bool(options.get("ENQUEUE_ON_COMMIT", False))
+        # In OPTIONS, or at the top of the TASKS entry as earlier django-tasks releases had it.
+        self.enqueue_on_commit = bool(
+            options.get("ENQUEUE_ON_COMMIT", params.get("ENQUEUE_ON_COMMIT", False))
+        )
         # Job policies, checked now: a bad option fails at startup, not at the first enqueue.
         try:
             probe = Job(

@@ -46,6 +46,18 @@ def test_waits_until_transaction_commit(tasks_settings: Any, main_store: Any) ->
     assert result.enqueued_at is not None
 
 
+def test_the_option_may_sit_at_the_top_of_the_tasks_entry(
+    tasks_settings: Any, main_store: Any
+) -> None:
+    setting = tasks_setting()
+    setting["default"]["ENQUEUE_ON_COMMIT"] = True  # where earlier django-tasks releases had it
+    tasks_settings.TASKS = setting
+    with transaction.atomic():
+        result = t.noop_task.enqueue()
+        assert total(main_store) == 0
+    assert main_store.get_job(result.id) is not None
+
+
 def test_rolled_back_transaction_enqueues_nothing(tasks_settings: Any, main_store: Any) -> None:
     tasks_settings.TASKS = tasks_setting(ENQUEUE_ON_COMMIT=True)
     with pytest.raises(Rollback), transaction.atomic():
