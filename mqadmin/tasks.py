@@ -36,6 +36,7 @@ Other options: ``ATTEMPTS`` (runs per task including the first, default 1),
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib
 import logging
@@ -340,7 +341,10 @@ class StoreBackend(BaseTaskBackend):  # type: ignore[misc,valid-type]
             task = load_task(record.name)
         except TaskNotImportable as exc:
             raise TaskResultDoesNotExist(f"{record.id}: {exc}") from exc
-        task = task.using(queue_name=record.queue, priority=int(record.priority))
+        if (task.queue_name, task.priority) != (record.queue, int(record.priority)):
+            # A queue QUEUES no longer allows keeps the task as defined.
+            with contextlib.suppress(InvalidTaskError):
+                task = task.using(queue_name=record.queue, priority=int(record.priority))
         errors: list[Any] = []
         worker_ids = _workers(attempts)
         for entry in attempts:
