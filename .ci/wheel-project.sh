@@ -9,11 +9,10 @@
 #   3. `manage.py check --fail-level WARNING` (the app's system checks must pass),
 #      `migrate`, the dashboard under /ops/mq/ through Django's test client (templates and
 #      static files from the wheel, anonymous visitors sent to LOGIN_URL, the admin's login);
-#   4. one task end to end: enqueued from Django code, run by `manage.py runworker --burst`,
-#      its result read back from the store.  With mqadmin/tasks.py in the wheel this is a
-#      Django Tasks `@task` through TASKS = {"default": {"BACKEND":
-#      "mqadmin.tasks.StoreBackend"}}; without it (until that backend lands) a plain
-#      mqadmin job definition, and the script says so.
+#   4. end to end: a Django Tasks `@task` (TASKS = {"default": {"BACKEND":
+#      "mqadmin.tasks.StoreBackend"}}) and a plain mqadmin job definition, both enqueued
+#      from Django code, run by one `manage.py runworker --burst`, their results read back
+#      through the Tasks API and the store, and shown by the dashboard.
 # The project's embedded Redis (no MQ_* setting: <BASE_DIR>/var/redis) is stopped at the end.
 # Takes well under a minute when the packages come from a local cache or index.
 set -euo pipefail
@@ -45,11 +44,6 @@ step "install it with django-tasks into a new virtualenv"
 VPY="$WORK/venv/bin/python"
 "$VPY" -m pip install --quiet --disable-pip-version-check "$WHEEL" django-tasks \
   >"$WORK/pip.log" 2>&1 || { grep -v "^WARNING: Location" "$WORK/pip.log"; exit 1; }
-if "$VPY" -c 'import importlib.util, sys; sys.exit(importlib.util.find_spec("mqadmin.tasks") is None)'; then
-  HAVE_TASKS=1
-else
-  HAVE_TASKS=0
-fi
 
 step "django-admin startproject hostsite; manage.py startapp shop"
 (cd "$WORK" && "$WORK/venv/bin/django-admin" startproject hostsite)
@@ -89,13 +83,12 @@ add = Job("shop.add", queue="default")
 def run_add(payload: dict) -> dict:
     return {"sum": payload["a"] + payload["b"]}
 EOF
-if [ "$HAVE_TASKS" = 1 ]; then
-  # -- README: "Django Tasks backend" ------------------------------------------------------
-  cat >>hostsite/settings.py <<'EOF'
+# -- README: "Django Tasks backend" ------------------------------------------------------
+cat >>hostsite/settings.py <<'EOF'
 INSTALLED_APPS += ["django_tasks"]
 TASKS = {"default": {"BACKEND": "mqadmin.tasks.StoreBackend"}}
 EOF
-  cat >shop/tasks.py <<'EOF'
+cat >shop/tasks.py <<'EOF'
 from django_tasks import task
 
 
@@ -103,7 +96,6 @@ from django_tasks import task
 def add(a: int, b: int) -> int:
     return a + b
 EOF
-fi
 
 step "manage.py check / migrate"
 "$VPY" manage.py check --fail-level WARNING
@@ -146,43 +138,41 @@ assert partial.status_code == 200 and "<html" not in partial.content.decode()
 print("   pages, partial, templates and static files: ok")
 '
 
-if [ "$HAVE_TASKS" = 1 ]; then
-  step "one Django task: @task + .enqueue(), runworker --burst, the result"
-  TASK_ID="$("$VPY" manage.py shell -v 0 -c '
+step "a Django task (@task + .enqueue()) and a plain job, runworker --burst, the results"
+TASK_ID="$("$VPY" manage.py shell -v 0 -c '
 from shop.tasks import add
 print(add.enqueue(2, 3).id)
 ' | tail -1)"
-else
-  step "mqadmin/tasks.py is not in the wheel yet: running a plain mqadmin job instead of a Django task"
-  TASK_ID="$("$VPY" manage.py shell -v 0 -c '
+JOB_ID="$("$VPY" manage.py shell -v 0 -c '
 from shop.jobs import add
 print(add.enqueue({"a": 2, "b": 3}))
 ' | tail -1)"
-fi
-echo "   enqueued $TASK_ID"
+echo "   enqueued task $TASK_ID and job $JOB_ID"
 timeout 60 "$VPY" manage.py runworker --burst >"$WORK/worker.log" 2>&1 || { cat "$WORK/worker.log"; exit 1; }
 tail -n 1 "$WORK/worker.log" | sed 's/^/   /'
 
-HAVE_TASKS="$HAVE_TASKS" TASK_ID="$TASK_ID" "$VPY" manage.py shell -v 0 -c '
+JOB_ID="$JOB_ID" TASK_ID="$TASK_ID" "$VPY" manage.py shell -v 0 -c '
 import os
 
 from mqadmin.services import get_named_store
 
-task_id = os.environ["TASK_ID"]
-record = get_named_store("default").get_job(task_id)
-assert record is not None, f"job {task_id} is not in the store"
-assert record.state == "completed", record.state
-if os.environ["HAVE_TASKS"] == "1":
-    from django_tasks import TaskResultStatus
-    from shop.tasks import add
+from django_tasks import TaskResultStatus
+from shop.tasks import add
 
-    result = add.get_result(task_id)
-    assert result.status == TaskResultStatus.SUCCESSFUL, result.status
-    assert result.return_value == 5, result.return_value
-    print(f"   Django task {task_id}: {result.status}, returned {result.return_value}")
-else:
-    assert record.exit == {"sum": 5}, record.exit
-    print(f"   job {task_id}: {record.state}, returned {record.exit}")
+task_id, job_id = os.environ["TASK_ID"], os.environ["JOB_ID"]
+store = get_named_store("default")
+record = store.get_job(task_id)
+assert record is not None, f"task job {task_id} is not in the store"
+assert record.state == "completed", record.state
+assert record.name == "shop.tasks.add", record.name
+result = add.get_result(task_id)
+assert result.status == TaskResultStatus.SUCCESSFUL, result.status
+assert result.return_value == 5, result.return_value
+print(f"   Django task {task_id}: {result.status}, returned {result.return_value}")
+job = store.get_job(job_id)
+assert job is not None and job.state == "completed", job
+assert job.exit == {"sum": 5}, job.exit
+print(f"   job {job_id}: {job.state}, returned {job.exit}")
 
 # ... and the dashboard shows it.
 from django.contrib.auth import get_user_model

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Creates the two virtualenvs the throughput benchmark runs its peers from:
+# Creates the virtualenvs the benchmarks run their peers from:
 #   bench/.venv-peers  rq, dramatiq, bullmq (Python port), celery  (+ the project, see below)
 #   bench/.venv-arq    arq 0.28.0, which needs redis<6 (bullmq needs redis>=6.2)
+#   bench/.venv-dtasks django-tasks-rq and django-tasks-redis (bench/django_tasks_bench.py)
 # Idempotent: a venv is created only if missing, and pip runs again only when its
 # requirements file (or the project's pyproject.toml, or this script) changed since the last
 # successful run. --force reinstalls regardless.
@@ -89,9 +90,29 @@ setup_arq_venv() {
     echo "$want" >"$stamp"
 }
 
+setup_dtasks_venv() {
+    local venv="$BENCH_DIR/.venv-dtasks"
+    local req="$BENCH_DIR/requirements-dtasks.txt"
+    local stamp="$venv/.bench-stamp"
+    local want
+    want="$(fingerprint "$req")"
+    if [[ $FORCE == 0 && -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
+        echo "setup_peers: $venv is up to date"
+        return
+    fi
+    make_venv "$venv"
+    "$venv/bin/python" -m pip install --quiet -r "$req"
+    # django-tasks-redis 0.4.0 declares Python>=3.12 and Django>=6.0; its code runs on 3.11 with
+    # the backport (the driver aliases django.tasks), so install it alone, without those pins.
+    "$venv/bin/python" -m pip install --quiet --no-deps --ignore-requires-python django-tasks-redis==0.4.0
+    echo "$want" >"$stamp"
+}
+
 setup_peers_venv
 setup_arq_venv
+setup_dtasks_venv
 
 echo "setup_peers: installed versions"
 "$BENCH_DIR/.venv-peers/bin/python" -m pip list 2>/dev/null | grep -iE '^(rq|dramatiq|bullmq|celery|kombu|redis|hiredis) '
 "$BENCH_DIR/.venv-arq/bin/python" -m pip list 2>/dev/null | grep -iE '^(arq|redis|hiredis) '
+"$BENCH_DIR/.venv-dtasks/bin/python" -m pip list 2>/dev/null | grep -iE '^(django|django-tasks|django-tasks-rq|django-tasks-redis|django-rq|rq|redis) '

@@ -9,6 +9,11 @@
   any installed app, plus the dotted modules listed in ``MQ_JOB_MODULES``.
 * Around every synchronous job the worker closes stale database connections,
   as Django does around a request.
+* Django tasks (``settings.TASKS`` backends of ``mqadmin.tasks.StoreBackend``) need no
+  registration: :func:`tasks_resolver` gives the worker a resolver that claims the
+  module paths those backends enqueued and imports them on first use.
+* ``store.Job.enqueue(..., on_commit=True)`` waits for the surrounding transaction
+  (Django's ``transaction.on_commit``), hooked in by :func:`install_registry`.
 """
 
 from __future__ import annotations
@@ -55,7 +60,48 @@ def install_registry() -> None:
         from store.registry import default_registry
 
         default_registry.set_factory(build_store, keys=lambda: list(services.configured_stores()))
+        install_commit_hook()
         _installed = True
+
+
+def install_commit_hook() -> None:
+    """``Job.enqueue(..., on_commit=True)`` defers to ``transaction.on_commit`` inside a transaction."""
+    from django.db import transaction
+
+    from store.jobs import set_commit_hook
+
+    def hook(callback: Any) -> bool:
+        if not transaction.get_connection().in_atomic_block:
+            return False
+        transaction.on_commit(callback)
+        return True
+
+    set_commit_hook(hook)
+
+
+def tasks_resolver(job_store: Any, queues: list[str] | None = None) -> Any:
+    """The worker's resolver for the Django tasks of ``job_store``, or None.
+
+    None when no Django Tasks package is installed or no ``TASKS`` backend is a
+    ``mqadmin.tasks.StoreBackend`` on this store.  ``queues`` limits the queues served.
+    """
+    try:
+        from mqadmin.tasks import TaskResolver, backends_for
+    except ImportError:
+        return None
+    backends = backends_for(job_store.store_key)
+    if not backends:
+        return None
+    allowed: set[str] = set()
+    for backend in backends:
+        allowed |= set(backend.queues)
+    return TaskResolver(
+        job_store,
+        queues=allowed,
+        only=queues or None,
+        backend_alias=backends[0].alias,
+        any_queue=any(not backend.queues for backend in backends),
+    )
 
 
 def discover_jobs() -> list[str]:

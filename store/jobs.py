@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextvars
 import inspect
 import logging
+import secrets
 import threading
 import time
 import traceback
@@ -29,6 +30,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from store import codec
 from store.clock import blocking_sleep_ms, sleep_ms
 from store.errors import (
     InvalidRequestError,
@@ -74,6 +76,8 @@ class JobContext:
     clock: Any
     interrupt_event: threading.Event = field(default_factory=threading.Event)
     interrupt_reason: str | None = None
+    #: The id of the worker running this attempt ("" outside a worker).
+    worker_id: str = ""
 
     @property
     def interrupted(self) -> bool:
@@ -189,17 +193,21 @@ def is_unrecoverable(exc: BaseException) -> bool:
     return isinstance(exc, Unrecoverable) or bool(getattr(exc, UNRECOVERABLE_ATTR, False))
 
 
-def encode_failure(exc: BaseException, *, kind: str = "error") -> dict[str, Any]:
-    """The JSON exit of a failed run: type, message and traceback of the exception."""
-    return {
-        "error": {
-            "type": type(exc).__name__,
-            "module": type(exc).__module__,
-            "message": str(exc),
-            "kind": kind,
-            "traceback": "".join(traceback.format_exception(exc)).strip(),
-        }
+def encode_failure(
+    exc: BaseException, *, kind: str = "error", worker_id: str | None = None
+) -> dict[str, Any]:
+    """The JSON exit of a failed run: type, message and traceback of the exception
+    (plus ``worker``, the id of the worker that ran it, when given)."""
+    error = {
+        "type": type(exc).__name__,
+        "module": type(exc).__module__,
+        "message": str(exc),
+        "kind": kind,
+        "traceback": "".join(traceback.format_exception(exc)).strip(),
     }
+    if worker_id:
+        error["worker"] = worker_id
+    return {"error": error}
 
 
 class JobFailedError(Exception):
@@ -211,6 +219,20 @@ class JobFailedError(Exception):
         self.error_type = error_type
         self.message = message
         self.exit = exit
+
+
+# ---------------------------------------------------------------- transactions
+
+
+#: ``hook(callback) -> bool``: run ``callback`` once the caller's transaction commits and
+#: return True, or return False when no transaction is open (the caller writes at once).
+_commit_hook: Callable[[Callable[[], Any]], bool] | None = None
+
+
+def set_commit_hook(hook: Callable[[Callable[[], Any]], bool] | None) -> None:
+    """Install the transaction hook behind ``Job.enqueue(..., on_commit=True)`` (None removes it)."""
+    global _commit_hook
+    _commit_hook = hook
 
 
 # ---------------------------------------------------------------- status
@@ -290,6 +312,7 @@ class Job:
         retryable: Callable[[BaseException], bool] | None = None,
         handler: Callable[..., Any] | None = None,
         registry: StoreRegistry | None = None,
+        enqueue_on_commit: bool = False,
     ) -> None:
         if not isinstance(name, str) or not name or "\0" in name:
             raise InvalidRequestError(f"a job name must be a non-empty string, got {name!r}")
@@ -306,6 +329,7 @@ class Job:
         self.idempotency_key = idempotency_key
         self.metadata = metadata
         self.retryable = retryable
+        self.enqueue_on_commit = bool(enqueue_on_commit)
         self._registry = registry or default_registry
         self.fn: Callable[..., Any] | None = None
         if handler is not None:
@@ -397,8 +421,35 @@ class Job:
         """Like :meth:`enqueue` but also tells whether nothing was inserted (``duplicate``)."""
         return self.store.enqueue(self.build_request(payload, **options))
 
-    def enqueue(self, payload: Any = None, **options: Any) -> str:
-        """Enqueue one job; returns its id (the existing id for a duplicate or deduped request)."""
+    def enqueue(self, payload: Any = None, *, on_commit: bool | None = None, **options: Any) -> str:
+        """Enqueue one job; returns its id (the existing id for a duplicate or deduped request).
+
+        ``on_commit`` (default: the definition's ``enqueue_on_commit``) defers the
+        write until the surrounding database transaction commits, through the hook
+        installed with :func:`set_commit_hook` (mqadmin installs Django's
+        ``transaction.on_commit``); outside a transaction the job is written at once.
+        A deferred job gets its id now (``job_id`` or a generated ``c-<hex>``), is
+        validated now, and takes no dedupe policy (its id must be known before the write).
+        """
+        if on_commit is None:
+            on_commit = self.enqueue_on_commit
+        if on_commit:
+            hook = _commit_hook
+            if hook is None:
+                raise InvalidRequestError(
+                    "on_commit needs a transaction hook (set_commit_hook; mqadmin installs Django's)"
+                )
+            if options.get("dedupe") is not None or (self.dedupe and options.get("dedupe") is None):
+                raise InvalidRequestError("an on_commit enqueue takes no dedupe policy")
+            if options.get("job_id") is None and self.idempotency_key is None:
+                options["job_id"] = "c-" + secrets.token_hex(12)
+            request = self.build_request(payload, allow_dedupe=False, **options)
+            store = self.store
+            codec.encode_wire(request, "user", request.id or "")  # refuse bad input now
+            if hook(lambda: store.enqueue(request)):
+                assert request.id is not None
+                return request.id
+            return store.enqueue(request).id
         return self.enqueue_result(payload, **options).id
 
     def enqueue_many(self, payloads: Iterable[Any], **options: Any) -> list[str]:
@@ -588,6 +639,12 @@ class JobRegistry:
     def get(self, name: str) -> Job | None:
         return self._jobs.get(name)
 
+    def discard(self, definition: Job) -> None:
+        """Forget ``definition`` (only if it is the one registered under its name)."""
+        with self._lock:
+            if self._jobs.get(definition.name) is definition:
+                del self._jobs[definition.name]
+
     def all(self) -> list[Job]:
         return list(self._jobs.values())
 
@@ -612,5 +669,6 @@ __all__ = [
     "encode_failure",
     "is_unrecoverable",
     "job",
+    "set_commit_hook",
     "unrecoverable",
 ]

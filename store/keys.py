@@ -42,6 +42,9 @@ class StoreKeys:
         self.qnames = f"{tag}:qnames"
         self.workers = f"{tag}:workers"
         self.stats_pruned = f"{tag}:stats:pruned"
+        # "<queue> NUL <name>" of jobs that workers run through a name resolver (no
+        # registered Job), e.g. mqadmin's Django Tasks backend; see Worker(resolver=...).
+        self.resolvable = f"{tag}:resolvable"
 
     def job(self, job_id: str) -> str:
         return f"{self.tag}:job:{job_id}"

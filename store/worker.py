@@ -18,6 +18,13 @@ Handlers:
   raise once the worker asked the run to stop.
 * ``run_sync_in="process"`` runs plain functions in a forked child process per
   job that is killed on cancel, timeout or shutdown.
+
+Jobs with no registered definition can still be served through a
+:class:`NameResolver` (``resolver=``): it names extra queues and, per queue, the
+job names to claim there, and turns a claimed job's name into a definition on
+first use (mqadmin's Django Tasks backend runs Django tasks this way, by module
+path).  The resolver's names are re-read when a claim comes back empty and at
+least once a second while the queue is busy.
 """
 
 from __future__ import annotations
@@ -36,7 +43,7 @@ import threading
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from store.clock import sleep_ms
 from store.errors import InvalidRequestError, JobNotFoundError, JobStoreError, LockLostError
@@ -78,6 +85,24 @@ logger = logging.getLogger(__name__)
 
 JobHook = Callable[[], None]
 PRESENCE_INTERVAL_MS = 10_000
+# How often a busy taker re-reads its resolver's names (an idle one re-reads on every empty claim).
+RESOLVER_REFRESH_MS = 1_000
+
+
+class NameResolver(Protocol):
+    """Serves jobs that have no registered :class:`Job` (see the module docstring)."""
+
+    def queues(self) -> Iterable[str]:
+        """The queues to serve besides those of registered jobs."""
+        ...
+
+    def names(self, queue: str) -> Iterable[str]:
+        """The job names to claim on ``queue`` now (a blocking call; run off the event loop)."""
+        ...
+
+    def resolve(self, name: str) -> Job:
+        """The definition that runs ``name`` (its handler may fail the job; it must not raise)."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -185,6 +210,7 @@ class Worker:
         flow_sweep_interval_ms: int = 30_000,
         flow_sweeper: bool | None = None,
         prefetch: int = 1,
+        resolver: NameResolver | None = None,
     ) -> None:
         if on_lock_lost not in ("ignore", "interrupt"):
             raise InvalidRequestError("on_lock_lost must be 'ignore' or 'interrupt'")
@@ -218,6 +244,10 @@ class Worker:
         self.flow_sweep_interval_ms = int(flow_sweep_interval_ms)
         self.flow_sweeper = flow_sweeper
         self.prefetch = max(1, int(prefetch))
+        self.resolver = resolver
+        # queue -> (names the resolver gave, when they were read); merged into claims.
+        self._resolved: dict[str, tuple[frozenset[str], int]] = {}
+        self._resolved_defs: dict[str, Job] = {}
         self._held: dict[str, _Held] = {}
         self._relay_pulse: asyncio.Event | None = None
         self._handlers: dict[str, Job] = {}
@@ -297,6 +327,9 @@ class Worker:
         self._loop = asyncio.get_running_loop()
         self._stopping = asyncio.Event()
         install_log_context()
+        if self.resolver is not None:
+            for queue in self.resolver.queues():
+                self._queues.setdefault(queue, _QueueConfig())
         total = sum(self.queue_concurrency(q) for q in self._queues)
         self._io = ThreadPoolExecutor(max_workers=total + 4, thread_name_prefix="mq-io")
         self._sync_pool = ThreadPoolExecutor(max_workers=max(1, total), thread_name_prefix="mq-job")
@@ -418,6 +451,8 @@ class Worker:
         while not self._stopping.is_set():
             try:
                 if not held:
+                    if self.resolver is not None and self._resolver_stale(queue):
+                        await self._refresh_resolved(queue)
                     batch = await self._flush_and_claim(queue, acks, self.prefetch)
                     acks = []
                     if batch is None:
@@ -428,6 +463,8 @@ class Worker:
                         self._held[job.id] = _Held(job, token)
                     if not held:
                         assert batch.empty is not None
+                        if self.resolver is not None and await self._refresh_resolved(queue):
+                            continue  # new names to claim: try again before idling
                         if self.burst and not self._due_soon(batch.empty):
                             return
                         await self._idle(queue, batch.empty)
@@ -470,7 +507,7 @@ class Worker:
                 self.store.ack_and_claim_many,
                 [(job.id, token, outcome) for job, token, outcome in acks],
                 queue=queue,
-                names=sorted(self._queues[queue].names),
+                names=self._claim_names(queue),
                 tokens=[self._mint() for _ in range(want)],
                 lock_duration_ms=self.lock_duration_ms,
             )
@@ -494,6 +531,39 @@ class Worker:
             else:
                 self._pulse_relay(job, outcome)
         return batch
+
+    def _claim_names(self, queue: str) -> list[str]:
+        names = self._queues[queue].names
+        resolved = self._resolved.get(queue)
+        if resolved is not None and resolved[0]:
+            return sorted(names | resolved[0])
+        return sorted(names)
+
+    def _resolver_stale(self, queue: str) -> bool:
+        resolved = self._resolved.get(queue)
+        return resolved is None or self.clock() - resolved[1] >= RESOLVER_REFRESH_MS
+
+    async def _refresh_resolved(self, queue: str) -> bool:
+        """Re-read the resolver's names for ``queue``; True when they changed."""
+        assert self.resolver is not None
+        resolver = self.resolver
+        try:
+            names = await self._io_call(lambda: frozenset(resolver.names(queue)))
+        except Exception:
+            logger.exception("name resolver failed to list the names of queue %s", queue)
+            return False
+        previous = self._resolved.get(queue)
+        self._resolved[queue] = (names, self.clock())
+        return previous is None or previous[0] != names
+
+    def _definition(self, name: str) -> Job | None:
+        definition = self._handlers.get(name)
+        if definition is not None or self.resolver is None:
+            return definition
+        definition = self._resolved_defs.get(name)
+        if definition is None:
+            definition = self._resolved_defs[name] = self.resolver.resolve(name)
+        return definition
 
     def _due_soon(self, empty: Empty) -> bool:
         return empty.next_run_at is not None and empty.next_run_at <= self.clock()
@@ -539,7 +609,7 @@ class Worker:
 
     async def _process(self, job: JobRecord, token: str) -> AckOutcome | None:
         """Run one claimed job; return the outcome to ack, or None when nothing is to be acked."""
-        definition = self._handlers.get(job.name)
+        definition = self._definition(job.name)
         if definition is None:
             await self._release(job, token)
             return None
@@ -551,6 +621,7 @@ class Worker:
             attempts_max=job.attempts_max,
             record=job,
             clock=self.clock,
+            worker_id=self.worker_id,
         )
         flow: Flow | None = getattr(definition, "flow", None)
         if job.flow is not None and flow is None:
@@ -559,7 +630,7 @@ class Worker:
                 "register it as a flow (then retry the job) so its recorded child results are not discarded"
             )
             await self._report(definition, job, None, failure, will_retry=False)
-            return Fail(encode_failure(failure))
+            return Fail(encode_failure(failure, worker_id=self.worker_id))
         entry = _InFlight(job, token, ctx, deadline=self.clock() + self.lock_duration_ms)
         self._in_flight[job.id] = entry
         try:
@@ -647,6 +718,8 @@ class Worker:
             token = set_current_job(entry.ctx)
             try:
                 return await fn(*args)
+            except (SystemExit, KeyboardInterrupt) as exc:
+                raise _carried(exc, entry) from exc
             finally:
                 reset_current_job(token)
         assert self._loop is not None and self._sync_pool is not None
@@ -668,6 +741,8 @@ class Worker:
                 before()
             entry.ctx.check_interrupted()
             return fn(*args)
+        except (SystemExit, KeyboardInterrupt) as exc:
+            raise _carried(exc, entry) from exc
         finally:
             for _, after in self.job_hooks:
                 with contextlib.suppress(Exception):
@@ -733,7 +808,7 @@ class Worker:
                 )
                 self.stats["failed"] += 1
                 await self._report(definition, job, entry, failure, will_retry=False)
-                return Fail(encode_failure(failure))
+                return Fail(encode_failure(failure, worker_id=self.worker_id))
             self.stats["completed"] += 1
             return Complete(value)
         if isinstance(error, JobTimeoutError):
@@ -746,7 +821,9 @@ class Worker:
             failure = error
             kind = "error"
         exit_value = (
-            error.exit if isinstance(error, _ChildFailure) else encode_failure(failure, kind=kind)
+            error.exit
+            if isinstance(error, _ChildFailure)
+            else encode_failure(failure, kind=kind, worker_id=self.worker_id)
         )
         unrecoverable = is_unrecoverable(failure) or (
             isinstance(error, _ChildFailure) and error.unrecoverable
@@ -991,6 +1068,21 @@ class _ChildFailure(Exception):
         self.unrecoverable = bool(payload.get("unrecoverable"))
 
 
+def _carried(exc: BaseException, entry: _InFlight) -> _ChildFailure:
+    """A handler's SystemExit/KeyboardInterrupt as a plain failure of its job.
+
+    Re-raised as is, asyncio would let it stop the worker's event loop; carried, the
+    job fails with that exception's type and traceback and the worker carries on.
+    """
+    return _ChildFailure(
+        {
+            "exit": encode_failure(exc, worker_id=entry.ctx.worker_id),
+            "message": f"{type(exc).__name__}: {exc}",
+            "unrecoverable": is_unrecoverable(exc),
+        }
+    )
+
+
 def _child_main(fn: Callable[..., Any], args: tuple[Any, ...], ctx: JobContext, conn: Any) -> None:
     """Entry point of the per-job child process (fork)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -1004,7 +1096,7 @@ def _child_main(fn: Callable[..., Any], args: tuple[Any, ...], ctx: JobContext, 
             (
                 "error",
                 {
-                    "exit": encode_failure(exc),
+                    "exit": encode_failure(exc, worker_id=ctx.worker_id),
                     "message": str(exc),
                     "unrecoverable": is_unrecoverable(exc),
                 },

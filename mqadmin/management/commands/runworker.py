@@ -1,7 +1,9 @@
 """``manage.py runworker``: run the handlers of the project's jobs.
 
 Job definitions are discovered from every installed app's ``jobs.py`` and
-``MQ_JOB_MODULES``.  Stops cleanly on SIGTERM/SIGINT: in-flight jobs are
+``MQ_JOB_MODULES``; Django tasks enqueued through ``mqadmin.tasks.StoreBackend`` on
+the served store run too, with no registration (their module paths are imported
+on first use).  Stops cleanly on SIGTERM/SIGINT: in-flight jobs are
 interrupted and released to waiting without using an attempt.  With
 ``--processes N`` it supervises N worker processes (restarting any that die).
 """
@@ -88,9 +90,14 @@ class Command(BaseCommand):
             burst=options["burst"],
             job_hooks=runtime.django_job_hooks(),
             prefetch=options["prefetch"],
+            resolver=runtime.tasks_resolver(job_store, queues),
         )
         registered = worker.register_all(queues=queues or None)
-        if not registered and not options["burst"]:
+        if worker.resolver is not None:
+            self.stdout.write(
+                f"Django tasks: serving queues {', '.join(worker.resolver.queues()) or 'none yet'}"
+            )
+        elif not registered and not options["burst"]:
             self.stderr.write(
                 f"no job handlers found for store {options['store']!r}"
                 + (f" and queues {queues}" if queues else "")
