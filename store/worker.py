@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import inspect
 import itertools
 import json
@@ -33,6 +34,7 @@ import os
 import secrets
 import signal
 import threading
+import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -73,6 +75,7 @@ from store.records import (
 from store.redis_store import ClaimBatch, RedisJobStore
 from store.registry import StoreRegistry, default_registry
 from store.scheduler import tick_due_schedules
+from store.tracing import attempt_span, finish_span
 
 logger = logging.getLogger(__name__)
 
@@ -106,6 +109,8 @@ class _InFlight:
     lost: bool = False
     expired_reported: bool = False
     in_thread: bool = False
+    #: Set when the run ends without an ack outcome of its own (fan-out).
+    outcome: str | None = None
 
     def interrupt(self, reason: str) -> None:
         """Ask the run to stop; never waits for the handler's cleanup.
@@ -185,6 +190,7 @@ class Worker:
         flow_sweep_interval_ms: int = 30_000,
         flow_sweeper: bool | None = None,
         prefetch: int = 1,
+        metrics: Any = None,
     ) -> None:
         if on_lock_lost not in ("ignore", "interrupt"):
             raise InvalidRequestError("on_lock_lost must be 'ignore' or 'interrupt'")
@@ -218,6 +224,8 @@ class Worker:
         self.flow_sweep_interval_ms = int(flow_sweep_interval_ms)
         self.flow_sweeper = flow_sweeper
         self.prefetch = max(1, int(prefetch))
+        #: A store.worker_metrics.WorkerMetrics (Prometheus instruments), or None.
+        self.metrics = metrics
         self._held: dict[str, _Held] = {}
         self._relay_pulse: asyncio.Event | None = None
         self._handlers: dict[str, Job] = {}
@@ -322,7 +330,9 @@ class Worker:
         loops = [
             asyncio.create_task(
                 self._every(self.lock_renew_interval_ms, self._heartbeat), name="heartbeat"
-            )
+            ),
+            # Announce this worker in the store's workers hash (dashboards, mqhealth --worker).
+            asyncio.create_task(self._presence(), name="presence"),
         ]
         self._relay_pulse = asyncio.Event()
         if self.maintenance:
@@ -561,6 +571,30 @@ class Worker:
             await self._report(definition, job, None, failure, will_retry=False)
             return Fail(encode_failure(failure))
         entry = _InFlight(job, token, ctx, deadline=self.clock() + self.lock_duration_ms)
+        metrics = self.metrics
+        if metrics is not None:
+            metrics.started(job.name, job.queue)
+        started = time.perf_counter()
+        outcome: AckOutcome | None = None
+        error: BaseException | None = None
+        try:
+            with attempt_span(job, ctx.attempt) as span:
+                outcome, error = await self._attempt(definition, job, token, flow, entry)
+                finish_span(span, self._outcome_label(outcome, entry), error)
+        finally:
+            if metrics is not None:
+                metrics.finished(
+                    job.name,
+                    job.queue,
+                    self._outcome_label(outcome, entry),
+                    time.perf_counter() - started,
+                )
+        return outcome
+
+    async def _attempt(
+        self, definition: Job, job: JobRecord, token: str, flow: Flow | None, entry: _InFlight
+    ) -> tuple[AckOutcome | None, BaseException | None]:
+        """Run the handler and decide the outcome to ack (with the handler's error, if any)."""
         self._in_flight[job.id] = entry
         try:
             error, value = await self._run(definition, job, entry)
@@ -570,10 +604,29 @@ class Worker:
                 except FlowDefinitionError as exc:
                     error = exc
                 else:
-                    return await self._fan_out(flow, job, token, specs)
+                    entry.outcome = "fanned-out"
+                    return await self._fan_out(flow, job, token, specs), None
         finally:
             self._in_flight.pop(job.id, None)
-        return await self._decide(definition, job, token, entry, error, value)
+        return await self._decide(definition, job, token, entry, error, value), error
+
+    def _outcome_label(self, outcome: AckOutcome | None, entry: _InFlight) -> str:
+        """The run's outcome in the words of the metrics (completed, failed, retried...)."""
+        if isinstance(outcome, Complete):
+            return "completed"
+        if isinstance(outcome, Fail):
+            return "failed"
+        if isinstance(outcome, Retry):
+            return "retried"
+        if isinstance(outcome, Cancelled):
+            return "cancelled"
+        if entry.outcome is not None:
+            return entry.outcome
+        if entry.cancelling:
+            return "cancelled"
+        if entry.interrupted_by == "lock-lost":
+            return "lock-lost"
+        return "released"
 
     async def _fan_out(
         self, flow: Flow, job: JobRecord, token: str, specs: list[FlowChildSpec]
@@ -655,8 +708,11 @@ class Worker:
                 self._sync_pool, self._run_in_child, fn, args, entry
             )
         entry.in_thread = True
+        # The pool thread runs in a copy of this task's context: the attempt's span
+        # (and any other context variable) is current inside the handler too.
+        context = contextvars.copy_context()
         return await self._loop.run_in_executor(
-            self._sync_pool, self._run_in_thread, fn, args, entry
+            self._sync_pool, context.run, self._run_in_thread, fn, args, entry
         )
 
     def _run_in_thread(
@@ -870,6 +926,8 @@ class Worker:
                         "job %s: locks expired before the heartbeat could reach the store; jobs may run twice",
                         e.job.id,
                     )
+                    if self.metrics is not None:
+                        self.metrics.locks_lost()
                     if self.on_lock_lost == "interrupt":
                         e.lost = True
                         e.interrupt("lock-lost")
@@ -878,6 +936,8 @@ class Worker:
         for h in held:
             if h.job.id in lost:
                 h.lost = True
+                if self.metrics is not None:
+                    self.metrics.locks_lost()
             elif h.job.id in cancel:
                 h.cancelled = True
         for e in entries:
@@ -885,6 +945,8 @@ class Worker:
                 if self._in_flight.get(e.job.id) is not e:
                     continue  # the run ended while the heartbeat was in flight
                 e.lost = True
+                if self.metrics is not None and not e.expired_reported:
+                    self.metrics.locks_lost()
                 logger.warning("failed to renew locks; jobs may run twice: %s", e.job.id)
                 if self.on_lock_lost == "interrupt":
                     e.interrupt("lock-lost")
@@ -924,6 +986,9 @@ class Worker:
         )
         if not recovered:
             return
+        if self.metrics is not None:
+            failed = sum(1 for r in recovered if r.failed)
+            self.metrics.stalled(len(recovered) - failed, failed)
         logger.warning(
             "recovered stalled jobs: %s",
             ", ".join(f"{r.id}{' (failed)' if r.failed else ''}" for r in recovered),
