@@ -144,6 +144,8 @@ def test_runworker_serves_its_metrics_and_mqhealth_sees_it(
         code, out = mqhealth(env, "--worker")
         assert code == 0, out
         assert "1 live worker(s)" in out
+        # A worker with queues is not a sweeper.
+        assert mqhealth(env, "--sweepers")[0] == 1
         assert mqhealth(env, "--worker", "--queue", "default")[0] == 0
         assert mqhealth(env, "--worker", "--queue", "nobody-serves-this")[0] == 1
         assert mqhealth(env, "--worker", "--host", "some-other-host")[0] == 1
@@ -200,3 +202,19 @@ def test_mqhealth_checks_the_stores(env: dict[str, str]) -> None:
     assert "hunter2" not in out
     code, out = mqhealth(env, "--store", "nope")
     assert code == 1 and "no store named 'nope'" in out
+
+
+def test_mqhealth_sweepers_sees_runsweepers(store: RedisJobStore, env: dict[str, str]) -> None:
+    assert mqhealth(env, "--sweepers")[0] == 1
+    proc = manage(["runsweepers"], env)
+    try:
+        lines = Lines(proc)
+        lines.wait_for(r"sweeping store default")
+        wait_for(lambda: mqhealth(env, "--sweepers")[0] == 0, timeout=30)
+        # Sweepers serve no queue: they do not pass for a worker.
+        assert mqhealth(env, "--worker")[0] == 1
+        code, out = mqhealth(env, "--worker", "--sweepers")
+        assert code == 1 and "not both" in out
+    finally:
+        stop(proc)
+    assert proc.returncode == 0, lines.seen

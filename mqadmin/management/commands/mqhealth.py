@@ -1,9 +1,12 @@
 """``manage.py mqhealth``: an exec probe for orchestrators (exit 0 healthy, 1 not).
 
 * Without options: every configured store (or each ``--store``) answers PING.
-* ``--worker``: a worker process of *this host* has announced itself in the store
-  within ``--max-age`` seconds (workers refresh their presence every 10 s; a clean
-  stop removes it).  ``--queue`` narrows it to workers serving that queue.
+* ``--worker``: a worker process of *this host* serving at least one queue has
+  announced itself in the store within ``--max-age`` seconds (workers refresh their
+  presence every 10 s; a clean stop removes it).  ``--queue`` narrows it to workers
+  serving that queue.
+* ``--sweepers``: the same for a maintenance-only process of this host
+  (``runsweepers``), i.e. one that announces no queue.
 
 One line of output says what was found; it never names a Redis URL or password.
 """
@@ -31,6 +34,11 @@ class Command(BaseCommand):
             help="require a fresh worker heartbeat from this host",
         )
         parser.add_argument(
+            "--sweepers",
+            action="store_true",
+            help="require a fresh heartbeat of a maintenance-only process (runsweepers) of this host",
+        )
+        parser.add_argument(
             "--max-age",
             type=float,
             default=30.0,
@@ -53,21 +61,26 @@ class Command(BaseCommand):
         down = [name for name in names if not self._answers(name)]
         if down:
             raise CommandError(f"unhealthy: store(s) not answering: {', '.join(down)}")
-        if not options["worker"]:
+        if options["worker"] and options["sweepers"]:
+            raise CommandError("give --worker or --sweepers, not both")
+        if options["sweepers"] and options["queue"]:
+            raise CommandError("--queue goes with --worker (sweepers serve no queue)")
+        if not options["worker"] and not options["sweepers"]:
             self.stdout.write(f"ok: {len(names)} store(s) answering")
             return
+        kind = "worker" if options["worker"] else "sweeper"
         host = options["host"] or socket.gethostname()
         max_age_ms = int(options["max_age"] * 1000)
         found = 0
         for name in names:
-            found += self._fresh_workers(name, host, max_age_ms, options["queue"])
+            found += self._fresh(name, host, max_age_ms, kind, options["queue"])
         where = f" serving queue {options['queue']!r}" if options["queue"] else ""
         if not found:
             raise CommandError(
-                f"unhealthy: no worker of host {host!r}{where} seen in the last "
+                f"unhealthy: no {kind} of host {host!r}{where} seen in the last "
                 f"{options['max_age']:g} s"
             )
-        self.stdout.write(f"ok: {found} live worker(s) of host {host!r}{where}")
+        self.stdout.write(f"ok: {found} live {kind}(s) of host {host!r}{where}")
 
     def _answers(self, name: str) -> bool:
         try:
@@ -78,7 +91,7 @@ class Command(BaseCommand):
             return False
         return True
 
-    def _fresh_workers(self, name: str, host: str, max_age_ms: int, queue: str | None) -> int:
+    def _fresh(self, name: str, host: str, max_age_ms: int, kind: str, queue: str | None) -> int:
         from store.errors import StoreFailure
 
         try:
@@ -93,5 +106,6 @@ class Command(BaseCommand):
             for w in workers
             if w.host == host
             and now - w.last_seen <= max_age_ms
+            and (bool(w.queues) if kind == "worker" else not w.queues)
             and (queue is None or queue in w.queues)
         )
