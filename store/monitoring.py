@@ -147,7 +147,6 @@ class JobNameMetrics:
     name: str
     runs: int = 0
     failures: int = 0
-    total_ms: int = 0
     max_ms: int = 0
     #: Bucket index -> runs (bucket i: at most 2 ** (i / 4) ms).
     buckets: dict[int, int] = field(default_factory=dict)
@@ -156,10 +155,6 @@ class JobNameMetrics:
     @property
     def failure_rate(self) -> float:
         return self.failures / self.runs if self.runs else 0.0
-
-    @property
-    def mean_ms(self) -> float:
-        return self.total_ms / self.runs if self.runs else 0.0
 
     def percentile_ms(self, q: float) -> int:
         """An upper bound of the q-quantile run time (capped at the maximum); 0 without runs."""
@@ -218,17 +213,15 @@ def job_name_metrics(
     out = {name: JobNameMetrics(name) for name in names}
     for (name, index), fields in zip(wanted, replies, strict=True):
         entry = out[name]
-        runs = int(fields.get("n", 0))
-        failures = int(fields.get("f", 0))
-        entry.series.append(RunSlot(index * slot_ms, runs, failures))
-        if not runs:
-            continue
-        entry.runs += runs
-        entry.failures += failures
-        entry.total_ms += int(fields.get("s", 0))
-        entry.max_ms = max(entry.max_ms, int(fields.get("x", 0)))
+        runs = 0
         for field_name, value in fields.items():
             if field_name.startswith("b"):
-                bucket = int(field_name[1:])
-                entry.buckets[bucket] = entry.buckets.get(bucket, 0) + int(value)
+                bucket, count = int(field_name[1:]), int(value)
+                entry.buckets[bucket] = entry.buckets.get(bucket, 0) + count
+                runs += count
+        failures = int(fields.get("f", 0))
+        entry.series.append(RunSlot(index * slot_ms, runs, failures))
+        entry.runs += runs
+        entry.failures += failures
+        entry.max_ms = max(entry.max_ms, int(fields.get("x", 0)))
     return [out[name] for name in names]

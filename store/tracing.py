@@ -11,7 +11,9 @@
   stored span is the remote parent); a delayed job starts its own trace with a
   span link to the producer (a backlog hours later should not stretch one trace).
 
-Without the package both are no-ops: records and runs are exactly as before.
+Without the package both are no-ops: records and runs are exactly as before.  With
+the API but no SDK tracer provider configured, the worker skips its spans (they could
+record nothing); enqueue still records a valid current span's context.
 """
 
 from __future__ import annotations
@@ -74,13 +76,31 @@ def _remote_context(trace: TraceContext | None) -> Any:
     return context if context.is_valid else None
 
 
+def _tracer() -> Any:
+    """The tracer of the configured provider; None while no SDK provider is set at all."""
+    assert _otel_trace is not None
+    provider = _provider if _provider is not None else _otel_trace.get_tracer_provider()
+    if isinstance(provider, _otel_trace.ProxyTracerProvider):
+        # The API alone, no SDK configured: every span would be a no-op, so skip the work.
+        return None
+    cached = _tracers.get(id(provider))
+    if cached is None or cached[0] is not provider:
+        cached = (provider, provider.get_tracer(TRACER_NAME))
+        _tracers[id(provider)] = cached
+    return cached[1]
+
+
+_tracers: dict[int, tuple[Any, Any]] = {}
+
+
 @contextlib.contextmanager
 def attempt_span(job: JobRecord, attempt: int) -> Iterator[Any]:
     """Run one attempt of ``job`` inside its span (yields the span, or None without OTel)."""
-    if _otel_trace is None:
+    tracer = _tracer() if _otel_trace is not None else None
+    if tracer is None:
         yield None
         return
-    tracer = _otel_trace.get_tracer(TRACER_NAME, tracer_provider=_provider)
+    assert _otel_trace is not None
     remote = _remote_context(job.trace)
     parent = None
     links: list[Any] = []

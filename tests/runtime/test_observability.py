@@ -300,3 +300,10 @@ def test_the_store_imports_without_opentelemetry_installed() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok"
+
+
+def test_with_the_api_but_no_sdk_provider_attempts_make_no_span(live_store: Any) -> None:
+    assert isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+    job_id = live_store.enqueue(EnqueueRequest(name="X")).id
+    with tracing.attempt_span(live_store.get_job(job_id), 1) as span:
+        assert span is None

@@ -69,12 +69,15 @@ local function claim_next(now, token, lock_ms, queue, names)
 end
 
 -- Per-job-name run aggregates, written at ack time (the dashboard's metrics
--- page and nothing else reads them).  Each run adds to the hash of its minute
--- and of its clock hour: n runs, f failed runs (Fail or Retry acks), s summed
--- and x maximum run time in ms (claim -> ack), and b<i> a duration histogram
--- whose bucket i holds runs of at most 2^(i/4) ms (bucket 0: up to 1 ms; the
--- last bucket takes everything longer).  A hash expires a while after the
--- window that reads it: minutes after 3 h, hours after 75 h.
+-- page reads them).  Each run adds to the hash of its minute and of its clock
+-- hour: b<i> counts runs of at most 2^(i/4) ms of run time (claim -> ack;
+-- bucket 0: up to 1 ms, the last bucket takes everything longer), so the runs
+-- are the sum of the buckets; f counts failed runs (Fail or Retry acks) and x
+-- holds the longest run in ms.  Two to three commands per hash and run: the
+-- ack path stays cheap.  A hash expires a while after the window that reads
+-- it (minutes after about 3 h, hours after about 75 h; the expiry is set when
+-- a bucket is first used, so a later bucket pushes it out by at most the
+-- hash's own span).
 -- log(2) / 4, written out: a Redis 7 Function library has no math table while it loads.
 local RUN_BUCKET_LOG = 0.17328679513998632
 local RUN_BUCKET_LAST = 100
@@ -89,10 +92,8 @@ local function run_bucket(ms)
 end
 
 local function add_run(key, ttl_ms, failed, ms, bucket)
-  if redis.call('HINCRBY', key, 'n', 1) == 1 then redis.call('PEXPIRE', key, ttl_ms) end
+  if redis.call('HINCRBY', key, 'b' .. bucket, 1) == 1 then redis.call('PEXPIRE', key, ttl_ms) end
   if failed then redis.call('HINCRBY', key, 'f', 1) end
-  redis.call('HINCRBY', key, 's', ms)
-  redis.call('HINCRBY', key, 'b' .. bucket, 1)
   local max = tonumber(redis.call('HGET', key, 'x') or '-1')
   if ms > max then redis.call('HSET', key, 'x', ms) end
 end
