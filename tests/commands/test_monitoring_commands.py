@@ -218,3 +218,22 @@ def test_mqhealth_sweepers_sees_runsweepers(store: RedisJobStore, env: dict[str,
     finally:
         stop(proc)
     assert proc.returncode == 0, lines.seen
+
+
+def test_runsweepers_metrics_count_recovered_stalls(
+    store: RedisJobStore, env: dict[str, str]
+) -> None:
+    from store import Claimed
+
+    stalled = store.enqueue(EnqueueRequest(name="Echo", queue="default")).id
+    claimed = store.claim(queue="default", names=["Echo"], token="dead:1", lock_duration_ms=1)
+    assert isinstance(claimed, Claimed) and claimed.job.id == stalled
+    proc = manage(["runsweepers", "--metrics-port", "0", "--stalled-interval-ms", "200"], env)
+    try:
+        lines = Lines(proc)
+        url = lines.wait_for(r"metrics at (http://\S+)").group(1)
+        wait_for(lambda: store.get_job(stalled).state == "waiting")
+        wait_for(lambda: total(scrape(url), "mq_stalled_recovered_total", outcome="requeued") == 1)
+    finally:
+        stop(proc)
+    assert proc.returncode == 0, lines.seen
