@@ -58,6 +58,12 @@ class StoreMetrics:
     store: str
     rows: list[NameRow] = field(default_factory=list)
     error: str | None = None
+    #: Job names the store knows (rows show at most MAX_JOB_NAMES of them).
+    names_total: int = 0
+
+    @property
+    def truncated(self) -> bool:
+        return self.names_total > len(self.rows)
 
     @property
     def runs(self) -> int:
@@ -71,7 +77,7 @@ class StoreMetrics:
 def overview(period: str, only_store: str | None = None) -> list[StoreMetrics]:
     """Every configured store (or one); a store that cannot be reached is reported."""
     from store.errors import StoreFailure
-    from store.monitoring import job_name_metrics
+    from store.monitoring import MAX_JOB_NAMES, job_name_metrics
 
     out: list[StoreMetrics] = []
     for name in services.configured_stores():
@@ -80,14 +86,16 @@ def overview(period: str, only_store: str | None = None) -> list[StoreMetrics]:
         try:
             job_store = dashboard.open_store(name)
             with dashboard.reaching(name):
-                per_name = job_name_metrics(job_store, period)
+                names = job_store.job_names()
+                per_name = job_name_metrics(job_store, period, names=names[:MAX_JOB_NAMES])
         except dashboard.StoreUnavailable as exc:
             out.append(StoreMetrics(name, error=exc.message))
             continue
         except StoreFailure as exc:
             out.append(StoreMetrics(name, error=services.public_error(exc)))
             continue
-        out.append(StoreMetrics(name, [NameRow(m, run_chart(m, period)) for m in per_name]))
+        rows = [NameRow(m, run_chart(m, period)) for m in per_name]
+        out.append(StoreMetrics(name, rows, names_total=len(names)))
     return out
 
 

@@ -179,18 +179,33 @@ def test_a_scrape_costs_the_same_commands_at_100_and_10000_jobs(
             for start in range(0, n, 1000):
                 main.enqueue_many(reqs[start : start + 1000])
 
+        user = Client()
+        user.force_login(django_user_model.objects.create_superuser("root", password=None))
+        for k in range(20):  # runs that the metrics page reads back
+            run(main, ("A", "B")[k % 2], "q1", Complete(None))
+
+        def measure() -> dict[str, dict[str, int]]:
+            out = {"scrape": command_counts(raw, lambda: client.get("/metrics/", headers=headers))}
+            for period in ("1h", "72h"):
+                url = f"/metrics/jobs/?period={period}"
+                out[period] = command_counts(raw, lambda url=url: user.get(url))
+            return out
+
         add(100)
         client.get("/metrics/", headers=headers)  # warm-up
-        small = command_counts(raw, lambda: client.get("/metrics/", headers=headers))
+        user.get("/metrics/jobs/")
+        small = measure()
         add(9_900)
         assert main.counts()["waiting"] == 10_000
-        large = command_counts(raw, lambda: client.get("/metrics/", headers=headers))
+        large = measure()
         samples = scrape(client, **headers)
     finally:
         services.reset()
         raw.close()
     assert large == small, (small, large)
-    assert sum(small.values()) < 50, small
+    assert sum(small["scrape"].values()) < 50, small
+    # Two names: 60 minute hashes (1 h) or 72 hour hashes (72 h) each, and the name set.
+    assert small["1h"].get("hgetall") == 120 and small["72h"].get("hgetall") == 144, small
     assert sum(v for k, v in samples["mq_jobs"].items() if dict(k)["state"] == "waiting") == 10_000
 
 
@@ -312,3 +327,17 @@ def test_metrics_page_reports_an_unreachable_store(
     html = text_of(response)
     assert response.status_code in (200, 503)
     assert "hunter2" not in html
+
+
+def test_metrics_page_says_when_it_shows_only_some_names(
+    stores: Stores, viewer: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import store.monitoring
+
+    for name in ("Alpha", "Beta", "Gamma"):
+        run(stores.main, name, "q", Complete(None))
+    monkeypatch.setattr(store.monitoring, "MAX_JOB_NAMES", 2)
+    html = text_of(viewer.get("/metrics/jobs/?store=main"))
+    assert 'data-job-name="Alpha"' in html and 'data-job-name="Beta"' in html
+    assert 'data-job-name="Gamma"' not in html
+    assert "Showing the first 2 of 3 job names" in html
