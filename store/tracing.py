@@ -27,7 +27,7 @@ from store.records import JobRecord, TraceContext
 try:  # pragma: no cover - exercised by the tests with and without the package
     from opentelemetry import trace as _otel_trace
 except ImportError:  # pragma: no cover
-    _otel_trace = None
+    _otel_trace = None  # type: ignore[assignment]
 
 TRACER_NAME = "mqadmin.store"
 #: A TracerProvider for the worker's spans instead of the global one (None: global).

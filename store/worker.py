@@ -605,7 +605,8 @@ class Worker:
                     error = exc
                 else:
                     entry.outcome = "fanned-out"
-                    return await self._fan_out(flow, job, token, specs), None
+                    await self._fan_out(flow, job, token, specs)
+                    return None, None
         finally:
             self._in_flight.pop(job.id, None)
         return await self._decide(definition, job, token, entry, error, value), error
