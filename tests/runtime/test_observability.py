@@ -307,3 +307,30 @@ def test_with_the_api_but_no_sdk_provider_attempts_make_no_span(live_store: Any)
     job_id = live_store.enqueue(EnqueueRequest(name="X")).id
     with tracing.attempt_span(live_store.get_job(job_id), 1) as span:
         assert span is None
+
+
+def test_a_fan_out_run_is_labelled_fanned_out(live_store: Any, live_registry: Any) -> None:
+    from store import Flow, children
+
+    registry = CollectorRegistry()
+    parent = Job("MetricsParent", attempts=1, registry=live_registry)
+    child = Job("MetricsChild", handler=lambda p: p["i"], registry=live_registry)
+    flow = Flow("metrics-flow", parent=parent, children=[child])
+    flow.fan_out(lambda payload: children(child, [(f"c{i}", {"i": i}) for i in range(3)]))
+    flow.collect(lambda payload, results: results.counts.completed)
+    worker = Worker(
+        live_store,
+        [parent, child],
+        registry=live_registry,
+        metrics=WorkerMetrics(registry),
+        poll_interval_ms=50,
+        flow_sweep_interval_ms=200,
+    )
+    with running(worker):
+        job_id = parent.enqueue({})
+        eventually(lambda: state_of(live_store, job_id) == "completed", timeout=15)
+    count = "mq_job_duration_seconds_count"
+    assert value(registry, count, name="MetricsParent", queue="default", outcome="fanned-out") == 1
+    assert value(registry, count, name="MetricsParent", queue="default", outcome="completed") == 1
+    assert value(registry, count, name="MetricsChild", queue="default", outcome="completed") == 3
+    assert live_store.get_job(job_id).exit == 3
