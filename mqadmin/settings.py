@@ -3,7 +3,7 @@
 Everything deployment-specific comes from the environment (see README.md):
 ``DJANGO_SECRET_KEY``, ``DJANGO_DEBUG``, ``DJANGO_ALLOWED_HOSTS``,
 ``DJANGO_CSRF_TRUSTED_ORIGINS``, ``DATABASE_URL``, ``MQ_REDIS_URL``, ``MQ_PREFIX``,
-``MQ_STORES``, ``MQ_DASHBOARD_READ_ONLY``, ``DJANGO_LOG_LEVEL``.  The defaults give a
+``MQ_STORES``, ``MQ_DASHBOARD_READ_ONLY``, ``MQ_METRICS_TOKEN``, ``DJANGO_LOG_LEVEL``.  The defaults give a
 working development set-up with no configuration at all: SQLite and a generated secret
 key under ``var/``, and the embedded Redis.
 """
@@ -127,6 +127,9 @@ MQ_JOB_MODULES = env_list("MQ_JOB_MODULES", [])
 # True: the dashboard shows no action buttons and refuses every action with 403,
 # whatever the user's permissions.
 MQ_DASHBOARD_READ_ONLY = env_bool("MQ_DASHBOARD_READ_ONLY", default=False)
+# When set, /metrics/ also answers a scraper sending "Authorization: Bearer <token>"
+# (dashboard users always may read it).
+MQ_METRICS_TOKEN = os.environ.get("MQ_METRICS_TOKEN") or None
 
 # -- logging ---------------------------------------------------------------------------
 

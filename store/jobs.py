@@ -51,6 +51,7 @@ from store.records import (
 )
 from store.registry import StoreRegistry, default_registry
 from store.schedules import first_run_at, validate_cadence
+from store.tracing import current_trace_context
 
 if TYPE_CHECKING:
     from store.redis_store import RedisJobStore
@@ -413,6 +414,7 @@ class Job:
             timeout_ms=self.timeout_ms if timeout_ms is None else timeout_ms,
             dedupe=policy,
             delay_ms=delay,
+            trace=current_trace_context(delayed=delay > 0),
         )
 
     # -------------------------------------------------------- producer verbs

@@ -45,6 +45,8 @@ class StoreKeys:
         # "<queue> NUL <name>" of jobs that workers run through a name resolver (no
         # registered Job), e.g. mqadmin's Django Tasks backend; see Worker(resolver=...).
         self.resolvable = f"{tag}:resolvable"
+        #: Jobs that ever reached each terminal state, per queue (field ``<queue>|<state>``).
+        self.finished_total = f"{tag}:finishedtotal"
 
     def job(self, job_id: str) -> str:
         return f"{self.tag}:job:{job_id}"
@@ -78,6 +80,14 @@ class StoreKeys:
 
     def stats(self, state: str) -> str:
         return f"{self.tag}:stats:{state}"
+
+    def job_metrics_minute(self, minute: int, name: str) -> str:
+        """Run aggregates of job ``name`` in one minute (``ms // 60000``)."""
+        return f"{self.tag}:jobmetrics:m:{minute}:{name}"
+
+    def job_metrics_hour(self, hour: int, name: str) -> str:
+        """Run aggregates of job ``name`` in one clock hour (``ms // 3600000``)."""
+        return f"{self.tag}:jobmetrics:h:{hour}:{name}"
 
     def flowchild(self, flow_id: str, child_key: str) -> str:
         return f"{self.tag}:flowchild:{flow_id}{NUL}{child_key}"

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import inspect
 import itertools
 import json
@@ -40,6 +41,7 @@ import os
 import secrets
 import signal
 import threading
+import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -80,6 +82,7 @@ from store.records import (
 from store.redis_store import ClaimBatch, RedisJobStore
 from store.registry import StoreRegistry, default_registry
 from store.scheduler import tick_due_schedules
+from store.tracing import attempt_span, finish_span
 
 logger = logging.getLogger(__name__)
 
@@ -131,6 +134,8 @@ class _InFlight:
     lost: bool = False
     expired_reported: bool = False
     in_thread: bool = False
+    #: Set when the run ends without an ack outcome of its own (fan-out).
+    outcome: str | None = None
 
     def interrupt(self, reason: str) -> None:
         """Ask the run to stop; never waits for the handler's cleanup.
@@ -211,6 +216,7 @@ class Worker:
         flow_sweeper: bool | None = None,
         prefetch: int = 1,
         resolver: NameResolver | None = None,
+        metrics: Any = None,
     ) -> None:
         if on_lock_lost not in ("ignore", "interrupt"):
             raise InvalidRequestError("on_lock_lost must be 'ignore' or 'interrupt'")
@@ -248,6 +254,8 @@ class Worker:
         # queue -> (names the resolver gave, when they were read); merged into claims.
         self._resolved: dict[str, tuple[frozenset[str], int]] = {}
         self._resolved_defs: dict[str, Job] = {}
+        #: A store.worker_metrics.WorkerMetrics (Prometheus instruments), or None.
+        self.metrics = metrics
         self._held: dict[str, _Held] = {}
         self._relay_pulse: asyncio.Event | None = None
         self._handlers: dict[str, Job] = {}
@@ -355,7 +363,9 @@ class Worker:
         loops = [
             asyncio.create_task(
                 self._every(self.lock_renew_interval_ms, self._heartbeat), name="heartbeat"
-            )
+            ),
+            # Announce this worker in the store's workers hash (dashboards, mqhealth --worker).
+            asyncio.create_task(self._presence(), name="presence"),
         ]
         self._relay_pulse = asyncio.Event()
         if self.maintenance:
@@ -632,6 +642,30 @@ class Worker:
             await self._report(definition, job, None, failure, will_retry=False)
             return Fail(encode_failure(failure, worker_id=self.worker_id))
         entry = _InFlight(job, token, ctx, deadline=self.clock() + self.lock_duration_ms)
+        metrics = self.metrics
+        if metrics is not None:
+            metrics.started(job.name, job.queue)
+        started = time.perf_counter()
+        outcome: AckOutcome | None = None
+        error: BaseException | None = None
+        try:
+            with attempt_span(job, ctx.attempt) as span:
+                outcome, error = await self._attempt(definition, job, token, flow, entry)
+                finish_span(span, self._outcome_label(outcome, entry), error)
+        finally:
+            if metrics is not None:
+                metrics.finished(
+                    job.name,
+                    job.queue,
+                    self._outcome_label(outcome, entry),
+                    time.perf_counter() - started,
+                )
+        return outcome
+
+    async def _attempt(
+        self, definition: Job, job: JobRecord, token: str, flow: Flow | None, entry: _InFlight
+    ) -> tuple[AckOutcome | None, BaseException | None]:
+        """Run the handler and decide the outcome to ack (with the handler's error, if any)."""
         self._in_flight[job.id] = entry
         try:
             error, value = await self._run(definition, job, entry)
@@ -641,10 +675,30 @@ class Worker:
                 except FlowDefinitionError as exc:
                     error = exc
                 else:
-                    return await self._fan_out(flow, job, token, specs)
+                    entry.outcome = "fanned-out"
+                    await self._fan_out(flow, job, token, specs)
+                    return None, None
         finally:
             self._in_flight.pop(job.id, None)
-        return await self._decide(definition, job, token, entry, error, value)
+        return await self._decide(definition, job, token, entry, error, value), error
+
+    def _outcome_label(self, outcome: AckOutcome | None, entry: _InFlight) -> str:
+        """The run's outcome in the words of the metrics (completed, failed, retried...)."""
+        if isinstance(outcome, Complete):
+            return "completed"
+        if isinstance(outcome, Fail):
+            return "failed"
+        if isinstance(outcome, Retry):
+            return "retried"
+        if isinstance(outcome, Cancelled):
+            return "cancelled"
+        if entry.outcome is not None:
+            return entry.outcome
+        if entry.cancelling:
+            return "cancelled"
+        if entry.interrupted_by == "lock-lost":
+            return "lock-lost"
+        return "released"
 
     async def _fan_out(
         self, flow: Flow, job: JobRecord, token: str, specs: list[FlowChildSpec]
@@ -728,8 +782,11 @@ class Worker:
                 self._sync_pool, self._run_in_child, fn, args, entry
             )
         entry.in_thread = True
+        # The pool thread runs in a copy of this task's context: the attempt's span
+        # (and any other context variable) is current inside the handler too.
+        context = contextvars.copy_context()
         return await self._loop.run_in_executor(
-            self._sync_pool, self._run_in_thread, fn, args, entry
+            self._sync_pool, context.run, self._run_in_thread, fn, args, entry
         )
 
     def _run_in_thread(
@@ -947,6 +1004,8 @@ class Worker:
                         "job %s: locks expired before the heartbeat could reach the store; jobs may run twice",
                         e.job.id,
                     )
+                    if self.metrics is not None:
+                        self.metrics.locks_lost()
                     if self.on_lock_lost == "interrupt":
                         e.lost = True
                         e.interrupt("lock-lost")
@@ -955,6 +1014,8 @@ class Worker:
         for h in held:
             if h.job.id in lost:
                 h.lost = True
+                if self.metrics is not None:
+                    self.metrics.locks_lost()
             elif h.job.id in cancel:
                 h.cancelled = True
         for e in entries:
@@ -962,6 +1023,8 @@ class Worker:
                 if self._in_flight.get(e.job.id) is not e:
                     continue  # the run ended while the heartbeat was in flight
                 e.lost = True
+                if self.metrics is not None and not e.expired_reported:
+                    self.metrics.locks_lost()
                 logger.warning("failed to renew locks; jobs may run twice: %s", e.job.id)
                 if self.on_lock_lost == "interrupt":
                     e.interrupt("lock-lost")
@@ -1001,6 +1064,9 @@ class Worker:
         )
         if not recovered:
             return
+        if self.metrics is not None:
+            failed = sum(1 for r in recovered if r.failed)
+            self.metrics.stalled(len(recovered) - failed, failed)
         logger.warning(
             "recovered stalled jobs: %s",
             ", ".join(f"{r.id}{' (failed)' if r.failed else ''}" for r in recovered),

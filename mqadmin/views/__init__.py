@@ -7,6 +7,7 @@ from mqadmin.views.bulk import bulk_preview, bulk_run, bulk_selected
 from mqadmin.views.common import HtmxHttpRequest
 from mqadmin.views.flows import flow
 from mqadmin.views.jobs import explorer, job, lookup
+from mqadmin.views.monitoring import healthz, job_metrics, metrics, readyz
 from mqadmin.views.operations import audit, indexes, outbox, schedules
 from mqadmin.views.overview import home, throughput
 
@@ -18,13 +19,17 @@ __all__ = [
     "bulk_selected",
     "explorer",
     "flow",
+    "healthz",
     "home",
     "indexes",
     "job",
     "job_action",
+    "job_metrics",
     "lookup",
+    "metrics",
     "outbox",
     "queue_action",
+    "readyz",
     "schedule_action",
     "schedules",
     "throughput",

@@ -3,7 +3,9 @@
 For every configured store (or ``--store``): stalled recovery, schedule
 ticks, history and dedupe sweeps, the outbox relay and the flow sweeper.
 Each is safe to run in many processes at once.  Stops cleanly on
-SIGTERM/SIGINT.
+SIGTERM/SIGINT.  ``--metrics-port P`` serves the sweepers' Prometheus metrics
+(``mq_stalled_recovered_total`` above all: with workers started
+``--no-maintenance`` stall recovery happens only here).
 """
 
 from __future__ import annotations
@@ -30,6 +32,17 @@ class Command(BaseCommand):
         parser.add_argument("--schedule-interval-ms", type=int, default=15_000)
         parser.add_argument("--history-interval-ms", type=int, default=60_000)
         parser.add_argument("--flow-interval-ms", type=int, default=30_000)
+        parser.add_argument(
+            "--metrics-port",
+            type=int,
+            default=None,
+            help="serve Prometheus metrics on this port (0: any free port; printed at start)",
+        )
+        parser.add_argument(
+            "--metrics-addr",
+            default="127.0.0.1",
+            help="address the metrics server binds (default 127.0.0.1; 0.0.0.0 for all)",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         from store.errors import StoreFailure
@@ -38,6 +51,7 @@ class Command(BaseCommand):
         runtime.install_registry()
         runtime.discover_jobs()
         names = options["store"] or list(services.configured_stores())
+        metrics, server = self._metrics(options)
         workers = []
         for name in names:
             try:
@@ -54,12 +68,37 @@ class Command(BaseCommand):
                     flow_sweep_interval_ms=options["flow_interval_ms"],
                     flow_sweeper=True,
                     worker_id=f"sweeper-{name}",
+                    metrics=metrics,
                 )
             )
             self.stdout.write(f"sweeping store {name} (prefix {job_store.prefix})")
         self.stdout.flush()
-        asyncio.run(self._serve(workers))
+        try:
+            asyncio.run(self._serve(workers))
+        finally:
+            if server is not None:
+                server.shutdown()
         self.stdout.write("sweepers stopped")
+
+    def _metrics(self, options: dict[str, Any]) -> tuple[Any, Any]:
+        if options["metrics_port"] is None:
+            return None, None
+        from prometheus_client import start_http_server
+
+        from store.worker_metrics import WorkerMetrics
+
+        metrics = WorkerMetrics()
+        try:
+            server, _thread = start_http_server(
+                options["metrics_port"], addr=options["metrics_addr"]
+            )
+        except OSError as exc:
+            raise CommandError(
+                f"cannot serve metrics on {options['metrics_addr']}:{options['metrics_port']}: {exc}"
+            ) from exc
+        host, port = server.server_address[:2]
+        self.stdout.write(f"metrics at http://{host}:{port}/metrics")
+        return metrics, server
 
     async def _serve(self, workers: list[Any]) -> None:
         loop = asyncio.get_running_loop()

@@ -6,16 +6,26 @@ the served store run too, with no registration (their module paths are imported
 on first use).  Stops cleanly on SIGTERM/SIGINT: in-flight jobs are
 interrupted and released to waiting without using an attempt.  With
 ``--processes N`` it supervises N worker processes (restarting any that die).
+
+``--metrics-port P`` serves the worker's Prometheus metrics (job durations,
+attempts, lost locks, recovered stalls, jobs in flight) at
+``http://<--metrics-addr>:P/metrics``; with ``--processes N`` the supervisor
+serves the sum over its children (prometheus-client's multiprocess mode, in a
+fresh ``PROMETHEUS_MULTIPROC_DIR``).
 """
 
 from __future__ import annotations
 
+import argparse
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -63,6 +73,20 @@ class Command(BaseCommand):
             action="store_true",
             help="do not run stall recovery, schedules and sweeps here (use runsweepers)",
         )
+        parser.add_argument(
+            "--metrics-port",
+            type=int,
+            default=None,
+            help="serve Prometheus metrics on this port (0: any free port; printed at start)",
+        )
+        parser.add_argument(
+            "--metrics-addr",
+            default="127.0.0.1",
+            help="address the metrics server binds (default 127.0.0.1; 0.0.0.0 for all)",
+        )
+        # Set by the --processes supervisor on its children: record metrics into
+        # PROMETHEUS_MULTIPROC_DIR, serve nothing (the supervisor serves the sum).
+        parser.add_argument("--metrics-child", action="store_true", help=argparse.SUPPRESS)
 
     def handle(self, *args: Any, **options: Any) -> None:
         if options["processes"] > 1:
@@ -78,6 +102,7 @@ class Command(BaseCommand):
             job_store = runtime.build_store(options["store"])
         except StoreFailure as exc:
             raise CommandError(f"cannot reach the store {options['store']!r}: {exc}") from exc
+        metrics, server = self._metrics(options)
         worker = Worker(
             job_store,
             concurrency=options["concurrency"] or 1,
@@ -91,6 +116,7 @@ class Command(BaseCommand):
             job_hooks=runtime.django_job_hooks(),
             prefetch=options["prefetch"],
             resolver=runtime.tasks_resolver(job_store, queues),
+            metrics=metrics,
         )
         registered = worker.register_all(queues=queues or None)
         if worker.resolver is not None:
@@ -108,8 +134,41 @@ class Command(BaseCommand):
             f"queues={worker.queues or '{}'} maintenance={'off' if options['no_maintenance'] else 'on'}"
         )
         self.stdout.flush()
-        worker.run(install_signal_handlers=True)
+        try:
+            worker.run(install_signal_handlers=True)
+        finally:
+            if server is not None:
+                server.shutdown()
         self.stdout.write(f"worker {worker.worker_id} stopped: {worker.stats}")
+
+    def _metrics(self, options: dict[str, Any]) -> tuple[Any, Any]:
+        """The worker's instruments and, unless a supervisor serves them, its HTTP server."""
+        if options["metrics_port"] is None and not options["metrics_child"]:
+            return None, None
+        from store.worker_metrics import WorkerMetrics
+
+        metrics = WorkerMetrics()
+        if options["metrics_child"]:
+            return metrics, None
+        return metrics, self._serve_metrics(options, None)
+
+    def _serve_metrics(self, options: dict[str, Any], registry: Any) -> Any:
+        from prometheus_client import REGISTRY, start_http_server
+
+        try:
+            server, _thread = start_http_server(
+                options["metrics_port"],
+                addr=options["metrics_addr"],
+                registry=REGISTRY if registry is None else registry,
+            )
+        except OSError as exc:
+            raise CommandError(
+                f"cannot serve metrics on {options['metrics_addr']}:{options['metrics_port']}: {exc}"
+            ) from exc
+        host, port = server.server_address[:2]
+        self.stdout.write(f"metrics at http://{host}:{port}/metrics")
+        self.stdout.flush()
+        return server
 
     def _supervise(self, options: dict[str, Any]) -> None:
         """Run N child workers; forward SIGTERM/SIGINT; restart children that die unexpectedly."""
@@ -132,6 +191,29 @@ class Command(BaseCommand):
         for flag in ("burst", "no_maintenance"):
             if options[flag]:
                 argv.append(f"--{flag.replace('_', '-')}")
+        env = dict(os.environ)
+        metrics_dir: Path | None = None
+        created_dir = False
+        server = None
+        if options["metrics_port"] is not None:
+            from prometheus_client import CollectorRegistry
+            from prometheus_client.multiprocess import MultiProcessCollector
+
+            given = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+            if given:
+                metrics_dir = Path(given)
+                metrics_dir.mkdir(parents=True, exist_ok=True)
+                # Files of an earlier run would be summed in: start from nothing.
+                for stale in metrics_dir.glob("*.db"):
+                    stale.unlink()
+            else:
+                metrics_dir = Path(tempfile.mkdtemp(prefix="mq-worker-metrics-"))
+                created_dir = True
+            env["PROMETHEUS_MULTIPROC_DIR"] = str(metrics_dir)
+            argv.append("--metrics-child")
+            registry = CollectorRegistry()
+            MultiProcessCollector(registry, path=str(metrics_dir))
+            server = self._serve_metrics(options, registry)
         stopping = False
 
         def stop(signum: int, _frame: Any) -> None:
@@ -142,10 +224,11 @@ class Command(BaseCommand):
                     child.send_signal(signal.SIGTERM)
 
         children: list[subprocess.Popen[bytes]] = []
+        dead: set[int] = set()
         signal.signal(signal.SIGTERM, stop)
         signal.signal(signal.SIGINT, stop)
         for _ in range(count):
-            children.append(subprocess.Popen(argv))
+            children.append(subprocess.Popen(argv, env=env))
         self.stdout.write(f"supervising {count} worker processes: {[c.pid for c in children]}")
         while True:
             alive = False
@@ -153,11 +236,24 @@ class Command(BaseCommand):
                 code = child.poll()
                 if code is None:
                     alive = True
-                elif not stopping and not options["burst"]:
-                    self.stderr.write(f"worker pid {child.pid} exited with {code}; restarting it")
-                    children[i] = subprocess.Popen(argv)
-                    alive = True
+                else:
+                    if metrics_dir is not None and child.pid not in dead:
+                        from prometheus_client import multiprocess
+
+                        # Its counters stay in the sum; its in-flight gauge goes.
+                        multiprocess.mark_process_dead(child.pid, str(metrics_dir))
+                        dead.add(child.pid)
+                    if not stopping and not options["burst"]:
+                        self.stderr.write(
+                            f"worker pid {child.pid} exited with {code}; restarting it"
+                        )
+                        children[i] = subprocess.Popen(argv, env=env)
+                        alive = True
             if not alive:
                 break
             time.sleep(0.2)
+        if server is not None:
+            server.shutdown()
+        if created_dir and metrics_dir is not None:
+            shutil.rmtree(metrics_dir, ignore_errors=True)
         self.stdout.write("all worker processes stopped")

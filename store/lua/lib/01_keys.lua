@@ -45,4 +45,9 @@ local function k_dedupe(member) return B .. ':dedupe:' .. member end
 local function k_schedule(key) return B .. ':schedule:' .. key end
 local function k_flowchild(flow_id, child_key) return B .. ':flowchild:' .. flow_id .. NUL .. child_key end
 local function k_flowchildren(flow_id) return B .. ':flowchildren:' .. flow_id end
+-- Lifetime finished counters (field "<queue>|<state>") and the per-job-name run
+-- aggregates of one minute / one clock hour (hashes that expire on their own).
+local function k_finished_total() return B .. ':finishedtotal' end
+local function k_jobmetrics_minute(minute, name) return B .. ':jobmetrics:m:' .. minute .. ':' .. name end
+local function k_jobmetrics_hour(hour, name) return B .. ':jobmetrics:h:' .. hour .. ':' .. name end
 local function flow_member(flow_id, child_key) return flow_id .. NUL .. child_key end

@@ -68,6 +68,46 @@ local function claim_next(now, token, lock_ms, queue, names)
   return { 'claimed', id, redis.call('HGETALL', jk) }
 end
 
+-- Per-job-name run aggregates, written at ack time (the dashboard's metrics
+-- page reads them).  Each run adds to the hash of its minute and of its clock
+-- hour: b<i> counts runs of at most 2^(i/4) ms of run time (claim -> ack;
+-- bucket 0: up to 1 ms, the last bucket takes everything longer), so the runs
+-- are the sum of the buckets; f counts failed runs (Fail or Retry acks) and x
+-- holds the longest run in ms.  Two to three commands per hash and run: the
+-- ack path stays cheap.  A hash expires a while after the window that reads
+-- it (minutes after about 3 h, hours after about 75 h; the expiry is set when
+-- a bucket is first used, so a later bucket pushes it out by at most the
+-- hash's own span).
+-- log(2) / 4, written out: a Redis 7 Function library has no math table while it loads.
+local RUN_BUCKET_LOG = 0.17328679513998632
+local RUN_BUCKET_LAST = 100
+local RUN_MINUTE_TTL_MS = 3 * 3600000
+local RUN_HOUR_TTL_MS = 75 * 3600000
+
+local function run_bucket(ms)
+  if ms <= 1 then return 0 end
+  local i = math.ceil(math.log(ms) / RUN_BUCKET_LOG - 1e-9)
+  if i > RUN_BUCKET_LAST then return RUN_BUCKET_LAST end
+  return i
+end
+
+local function add_run(key, ttl_ms, failed, ms, bucket)
+  if redis.call('HINCRBY', key, 'b' .. bucket, 1) == 1 then redis.call('PEXPIRE', key, ttl_ms) end
+  if failed then redis.call('HINCRBY', key, 'f', 1) end
+  local max = tonumber(redis.call('HGET', key, 'x') or '-1')
+  if ms > max then redis.call('HSET', key, 'x', ms) end
+end
+
+local function record_run(j, outcome, now)
+  local started = tonumber(j.processed_at or '')
+  if not started then return end
+  local ms = math.floor(math.max(0, now - started))
+  local failed = outcome == 'fail' or outcome == 'retry'
+  local bucket = run_bucket(ms)
+  add_run(k_jobmetrics_minute(math.floor(now / 60000), j.name), RUN_MINUTE_TTL_MS, failed, ms, bucket)
+  add_run(k_jobmetrics_hour(math.floor(now / 3600000), j.name), RUN_HOUR_TTL_MS, failed, ms, bucket)
+end
+
 -- Ack: record the outcome of a held run.  outcome is 'complete' | 'fail' |
 -- 'cancelled' | 'retry'; exit_json is raw JSON or nil.  Every outcome consumes
 -- an attempt.  Complete and Fail store the exit and win over a pending
@@ -80,6 +120,7 @@ local function ack_job(now, id, token, outcome, exit_json, retry_delay)
 
   local jk = k_job(id)
   redis.call('HINCRBY', jk, 'attempts_made', 1)
+  record_run(j, outcome, now)
   if outcome == 'complete' then
     finish(id, j, 'completed', { store_exit = true, exit_json = exit_json, ledger_exit = exit_json }, now)
   elseif outcome == 'fail' then

@@ -1,0 +1,109 @@
+"""The dashboard's Prometheus collector: every configured store, read at scrape time.
+
+A custom ``prometheus_client`` collector (nothing is kept between scrapes, so
+several dashboard processes report the same numbers).  Per store, one
+:func:`store.monitoring.metrics_snapshot`: a single pipeline of O(1) reads plus
+the oldest waiting job of at most 50 queues, so a scrape costs the same number of
+Redis commands at 10 jobs and at a million.
+
+Families (labels):
+
+* ``mq_store_up{store}`` 1 when the store's Redis answered, else 0 (its other
+  families are then left out of this scrape);
+* ``mq_jobs{store,queue,state}`` jobs now, from the O(1) counters;
+* ``mq_jobs_finished_total{store,queue,state}`` jobs that ever reached a
+  terminal state (completed, failed, cancelled);
+* ``mq_oldest_waiting_age_seconds{store,queue}`` age of the oldest waiting job
+  (0 when none waits);
+* ``mq_workers{store}`` live workers (presence refreshed within 60 s);
+* ``mq_outbox_entries{store}`` flow child reports not yet delivered;
+* ``mq_schedules_overdue{store}`` schedules whose next run is over 30 s late;
+* ``mq_index_ready{store,kind}`` 1 when the list index is enabled and ready.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from mqadmin import services
+
+logger = logging.getLogger(__name__)
+
+
+class StoreCollector(Collector):
+    """Collects the families above for every store in ``MQ_STORES``."""
+
+    def collect(self) -> Iterator[Metric]:
+        from redis.exceptions import RedisError
+
+        from store.errors import StoreDefect, StoreFailure
+        from store.monitoring import metrics_snapshot
+
+        up = GaugeMetricFamily(
+            "mq_store_up", "1 when the store's Redis answered this scrape.", labels=["store"]
+        )
+        jobs = GaugeMetricFamily(
+            "mq_jobs",
+            "Jobs per queue and state now (O(1) counters).",
+            labels=["store", "queue", "state"],
+        )
+        finished = CounterMetricFamily(
+            "mq_jobs_finished",
+            "Jobs that reached a terminal state, per queue and state, since the store began counting.",
+            labels=["store", "queue", "state"],
+        )
+        oldest = GaugeMetricFamily(
+            "mq_oldest_waiting_age_seconds",
+            "Age of the oldest waiting job of the queue (0 when none waits).",
+            labels=["store", "queue"],
+        )
+        workers = GaugeMetricFamily(
+            "mq_workers", "Live worker processes (presence within 60 s).", labels=["store"]
+        )
+        outbox = GaugeMetricFamily(
+            "mq_outbox_entries", "Flow child reports waiting in the outbox.", labels=["store"]
+        )
+        overdue = GaugeMetricFamily(
+            "mq_schedules_overdue",
+            "Schedules whose next run is more than 30 s in the past.",
+            labels=["store"],
+        )
+        index_ready = GaugeMetricFamily(
+            "mq_index_ready",
+            "1 when the list index of this kind is enabled and its ready marker is set.",
+            labels=["store", "kind"],
+        )
+        for name in services.configured_stores():
+            try:
+                snap = metrics_snapshot(services.get_named_store(name))
+            except (StoreFailure, StoreDefect, RedisError, OSError) as exc:
+                logger.warning("metrics: store %s unavailable: %s", name, type(exc).__name__)
+                up.add_metric([name], 0)
+                continue
+            up.add_metric([name], 1)
+            for queue in sorted(snap.counts):
+                for state, value in snap.counts[queue].items():
+                    jobs.add_metric([name, queue, state], value)
+            for queue in sorted(snap.finished):
+                for state, value in snap.finished[queue].items():
+                    finished.add_metric([name, queue, state], value)
+            for queue in sorted(snap.oldest_waiting_ms):
+                oldest.add_metric([name, queue], snap.oldest_waiting_ms[queue] / 1000)
+            workers.add_metric([name], snap.live_workers)
+            outbox.add_metric([name], snap.outbox_entries)
+            overdue.add_metric([name], snap.schedules_overdue)
+            for kind, ready in sorted(snap.index_ready.items()):
+                index_ready.add_metric([name, kind], 1 if ready else 0)
+        yield from (up, jobs, finished, oldest, workers, outbox, overdue, index_ready)
+
+
+def exposition() -> bytes:
+    """One scrape in the Prometheus text format."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(StoreCollector())
+    return generate_latest(registry)
