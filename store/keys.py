@@ -42,6 +42,8 @@ class StoreKeys:
         self.qnames = f"{tag}:qnames"
         self.workers = f"{tag}:workers"
         self.stats_pruned = f"{tag}:stats:pruned"
+        #: The last mqcheck report (JSON), shown on the dashboard's index page.
+        self.check_last = f"{tag}:check:last"
 
     def job(self, job_id: str) -> str:
         return f"{self.tag}:job:{job_id}"

@@ -231,7 +231,9 @@ local function uncount(queue, state)
   local field = queue .. '|' .. state
   if (tonumber(redis.call('HGET', K_COUNTS, field)) or 0) > 0 then
     redis.call('HINCRBY', K_COUNTS, field, -1)
+    return field
   end
+  return nil
 end
 
 -- The queue of a dangling member of a store-wide set (active, finished:*),

@@ -7,6 +7,17 @@ local function owes_cascades(id)
   return owed and tonumber(owed) > 0
 end
 
+-- Delete a remnant hash (its identifying fields lost, so its per-queue and
+-- per-name set members cannot be named): drop it from the store-wide sets
+-- that may list it; mqcheck removes the rest as dangling members.
+local function delete_remnant(id)
+  redis.call('ZREM', K_ALL, id)
+  redis.call('ZREM', K_ACTIVE, id)
+  redis.call('ZREM', K_KEEPAGE, id)
+  for _, s in ipairs({ 'completed', 'failed', 'cancelled' }) do redis.call('ZREM', k_finished(s), id) end
+  redis.call('DEL', k_job(id), k_attempts(id))
+end
+
 -- Remove a job and everything that points at it.  Dedupe entries and outbox
 -- entries are deliberately left alone (see the store contract, remove).
 local function delete_job(id)
@@ -15,13 +26,7 @@ local function delete_job(id)
   local name, queue, state, seq = f[1], f[2], f[3], f[4]
   if not is_row(state, queue, name, seq) then
     if redis.call('EXISTS', jk) == 0 then return false end
-    -- A remnant (identifying fields lost): drop it from the store-wide sets
-    -- that may list it; mqcheck covers the per-queue / per-name ones.
-    redis.call('ZREM', K_ALL, id)
-    redis.call('ZREM', K_ACTIVE, id)
-    redis.call('ZREM', K_KEEPAGE, id)
-    for _, s in ipairs({ 'completed', 'failed', 'cancelled' }) do redis.call('ZREM', k_finished(s), id) end
-    redis.call('DEL', jk, k_attempts(id))
+    delete_remnant(id)
     return true
   end
   -- The ZREM comes first on purpose: on a full server (noeviction) Redis refuses a
