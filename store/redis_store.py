@@ -28,6 +28,7 @@ from store.errors import (
     LockLostError,
     StoreFailure,
 )
+from store.eviction import warn_once
 from store.flows import FlowOperations
 from store.indexes import reconcile_indexes
 from store.insights import InsightOperations
@@ -182,6 +183,8 @@ class RedisJobStore(ScheduleOperations, FlowOperations, InsightOperations):
         self._wake = WakeHub(client, self.keys.wake)
         # Fatal on failure: a store never starts with half-configured indexes.
         reconcile_indexes(self, self.now())
+        #: The server's maxmemory-policy as read at start (warned about once per process).
+        self.eviction = warn_once(client)
 
     def __repr__(self) -> str:
         return f"RedisJobStore(prefix={self.prefix!r}, store_key={self.store_key!r})"
