@@ -26,7 +26,7 @@ def test_last_check_with_problems(stores: Stores, admin_client_: Client) -> None
     check_store(stores.main)
     html = text_of(admin_client_.get("/indexes/"))
     main = html.split("<h2", 2)[1]
-    assert '<span class="badge failed">problems found</span>' in main
+    assert '<span class="badge bad">problems found</span>' in main
     assert "<code>dangling_member</code>" in main
     assert "set members whose job hash is gone" in main
     side = html.split("<h2", 3)[2]
