@@ -286,3 +286,15 @@ def test_enqueue_over_a_dedupe_entry_of_a_vanished_job(store):
     _drop(store, owner)
     fresh = store.enqueue(req(dedupe=DedupePolicy(key="v")))
     assert not fresh.duplicate and fresh.id != owner
+
+
+def test_list_heal_of_a_state_set_takes_back_its_counter(store, clock):
+    done = store.enqueue(req(payload={"n": "done"})).id
+    claim_job(store)
+    store.ack(done, "t-1", Complete(None))
+    later = store.enqueue(req(delay_ms=60_000)).id
+    _drop(store, done)
+    _drop(store, later)
+    assert store.list(states=["completed"], order_by="finished_at").items == []
+    assert store.list(queue="default", states=["delayed"], order_by="run_at").items == []
+    assert store.counts() == counts_of()
