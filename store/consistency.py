@@ -213,10 +213,9 @@ class _Checker:
             kwargs["target_nodes"] = node
         cursor: Any = 0
         while True:
-            reply = self.command("scan", cursor, **kwargs)
-            if isinstance(reply, dict):  # a cluster client answers per node
-                reply = next(iter(reply.values()))
-            cursor, page = reply
+            cursor, page = self.command("scan", cursor, **kwargs)
+            if isinstance(cursor, dict):  # a cluster client: ({node: cursor}, keys)
+                cursor = next(iter(cursor.values()), 0)
             yield list(page)
             if int(cursor) == 0:
                 return
