@@ -298,3 +298,23 @@ def test_list_heal_of_a_state_set_takes_back_its_counter(store, clock):
     assert store.list(states=["completed"], order_by="finished_at").items == []
     assert store.list(queue="default", states=["delayed"], order_by="run_at").items == []
     assert store.counts() == counts_of()
+
+
+def test_ack_and_release_of_a_vanished_job_drop_its_lock(store):
+    from store import JobNotFoundError
+
+    for verb in ("ack", "release"):
+        job_id = store.enqueue(req(payload={"verb": verb})).id
+        claim_job(store, token=f"t-{verb}")
+        _drop(store, job_id)
+        try:
+            if verb == "ack":
+                store.ack(job_id, f"t-{verb}", Complete(None))
+            else:
+                store.release(job_id, f"t-{verb}")
+        except JobNotFoundError:
+            pass
+        else:  # pragma: no cover
+            raise AssertionError(f"{verb} of a vanished job did not raise JobNotFoundError")
+        assert store.client.zscore(store.keys.active, job_id) is None
+        assert store.counts() == counts_of()
