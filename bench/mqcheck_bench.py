@@ -97,7 +97,15 @@ def timed_check(store: RedisJobStore, client: Any, name: str, repair: bool) -> P
     slow_ms, slow_op = 0.0, "-"
     slow_count = sum(1 for e in entries if e["duration"] > LONGEST_CALL_TARGET_MS * 1000)
     if slow_count:
-        log(f"{name}: {slow_count} SLOWLOG entries over {LONGEST_CALL_TARGET_MS:g} ms")
+        log(
+            f"{name}: {slow_count} SLOWLOG entries over {LONGEST_CALL_TARGET_MS:g} ms: "
+            + ", ".join(
+                f"{' '.join(str(e.get('command', '')).split()[:2])} {e['duration'] / 1000:.0f} ms "
+                f"@{e['start_time']}"
+                for e in entries
+                if e["duration"] > LONGEST_CALL_TARGET_MS * 1000
+            )
+        )
     for entry in entries:
         if entry["duration"] / 1000 > slow_ms:
             slow_ms = entry["duration"] / 1000
