@@ -118,3 +118,33 @@ def test_exit_status_of_the_real_process(redis_url, damaged, tmp_path):
     assert "jobs" in first.stdout
     assert manage("--repair").returncode == 0
     assert manage().returncode == 0
+
+
+def test_sigint_stops_after_the_current_page(configured, make_store, monkeypatch):
+    import os
+    import signal
+
+    from mqadmin.management.commands import reclaim_indexes
+
+    store = make_store()
+    store.enqueue_many([req(payload={"i": i}) for i in range(1200)])
+    sent: list[int] = []
+    original = reclaim_indexes.ProgressLine.report
+
+    def report_and_interrupt(self: Any, text: str, *, force: bool = False) -> None:
+        original(self, text, force=True)
+        if not sent:
+            sent.append(1)
+            os.kill(os.getpid(), signal.SIGINT)  # as if the operator pressed Ctrl-C
+
+    monkeypatch.setattr(reclaim_indexes.ProgressLine, "report", report_and_interrupt)
+    previous = signal.getsignal(signal.SIGINT)
+    err = io.StringIO()
+    with pytest.raises(CommandError) as stopped:
+        call_command("mqcheck", "--store", "chk", stdout=io.StringIO(), stderr=err)
+    assert stopped.value.returncode == 130
+    assert "the check is incomplete" in str(stopped.value)
+    assert "SIGINT: stopping after the current batch" in err.getvalue()
+    assert signal.getsignal(signal.SIGINT) is previous
+    saved = last_check(store)
+    assert saved is not None and saved["interrupted"] is True and saved["jobs"] < 1200
