@@ -354,7 +354,8 @@ def _record(job_id: str, h: Mapping[str, str]) -> JobRecord:
 _DECODE_ERRORS = (KeyError, ValueError, TypeError, AttributeError)
 
 
-def _safe(convert: Any, value: Any, default: Any) -> Any:
+def tolerant(convert: Any, value: Any, default: Any) -> Any:
+    """``convert(value)``, or ``default`` when the value is absent, empty or unreadable."""
     if value is None or value == "":
         return default
     try:
@@ -366,16 +367,16 @@ def _safe(convert: Any, value: Any, default: Any) -> Any:
 def _tolerant_record(job_id: str, h: Mapping[str, str]) -> JobRecord:
     """The slow path of ``record_from_hash``: every field on its own, defaults for the rest."""
     flow = None
-    pending = _safe(int, h.get("flow_pending"), None)
+    pending = tolerant(int, h.get("flow_pending"), None)
     if pending is not None:
         flow = FlowState(
             fail_fast=h.get("flow_fail_fast") == "1",
             pending=pending,
-            completed=_safe(int, h.get("flow_completed"), 0),
-            failed=_safe(int, h.get("flow_failed"), 0),
-            cancelled=_safe(int, h.get("flow_cancelled"), 0),
+            completed=tolerant(int, h.get("flow_completed"), 0),
+            failed=tolerant(int, h.get("flow_failed"), 0),
+            cancelled=tolerant(int, h.get("flow_cancelled"), 0),
         )
-    metadata = _safe(_loads, h.get("metadata"), {})
+    metadata = tolerant(_loads, h.get("metadata"), {})
     if not isinstance(metadata, dict):
         metadata = {}
     state = h.get("state") or "waiting"
@@ -383,26 +384,26 @@ def _tolerant_record(job_id: str, h: Mapping[str, str]) -> JobRecord:
         id=job_id,
         name=str(h.get("name") or ""),
         queue=str(h.get("queue") or ""),
-        payload=_safe(_loads, h.get("payload"), None),
+        payload=tolerant(_loads, h.get("payload"), None),
         metadata=metadata,
         state=str(state),
-        priority=_safe(_number, h.get("priority"), 0),
-        attempts_max=_safe(int, h.get("attempts_max"), 1),
-        attempts_made=_safe(int, h.get("attempts_made"), 0),
-        stalled_count=_safe(int, h.get("stalled_count"), 0),
-        backoff=_safe(lambda t: BackoffPolicy.coerce(_loads(t)), h.get("backoff"), None),
-        keep=_safe(lambda t: KeepPolicy.coerce(_loads(t)), h.get("keep"), None),
-        timeout_ms=_safe(int, h.get("timeout_ms"), None),
+        priority=tolerant(_number, h.get("priority"), 0),
+        attempts_max=tolerant(int, h.get("attempts_max"), 1),
+        attempts_made=tolerant(int, h.get("attempts_made"), 0),
+        stalled_count=tolerant(int, h.get("stalled_count"), 0),
+        backoff=tolerant(lambda t: BackoffPolicy.coerce(_loads(t)), h.get("backoff"), None),
+        keep=tolerant(lambda t: KeepPolicy.coerce(_loads(t)), h.get("keep"), None),
+        timeout_ms=tolerant(int, h.get("timeout_ms"), None),
         cancel_requested=h.get("cancel_requested") == "1",
         dedupe_key=h.get("dedupe_key") or None,
-        trace=_safe(lambda t: TraceContext.coerce(_loads(t)), h.get("trace"), None),
-        parent=_safe(lambda t: ParentEnvelope.coerce(_loads(t)), h.get("parent"), None),
+        trace=tolerant(lambda t: TraceContext.coerce(_loads(t)), h.get("trace"), None),
+        parent=tolerant(lambda t: ParentEnvelope.coerce(_loads(t)), h.get("parent"), None),
         flow=flow,
-        run_at=_safe(int, h.get("run_at"), 0),
-        enqueued_at=_safe(int, h.get("enqueued_at"), 0),
-        processed_at=_safe(int, h.get("processed_at"), None),
-        finished_at=_safe(int, h.get("finished_at"), None),
-        exit=_safe(decode_exit, h.get("exit"), MISSING),
+        run_at=tolerant(int, h.get("run_at"), 0),
+        enqueued_at=tolerant(int, h.get("enqueued_at"), 0),
+        processed_at=tolerant(int, h.get("processed_at"), None),
+        finished_at=tolerant(int, h.get("finished_at"), None),
+        exit=tolerant(decode_exit, h.get("exit"), MISSING),
         failed_reason=h.get("failed_reason") or None,
     )
 

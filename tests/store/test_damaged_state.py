@@ -318,3 +318,11 @@ def test_ack_and_release_of_a_vanished_job_drop_its_lock(store):
             raise AssertionError(f"{verb} of a vanished job did not raise JobNotFoundError")
         assert store.client.zscore(store.keys.active, job_id) is None
         assert store.counts() == counts_of()
+
+
+def test_flow_row_with_a_damaged_exit_decodes():
+    from store.flows import _child_record
+    from store.records import MISSING
+
+    row = _child_record("f", "a", {"status": "completed", "exit": "{broken"})
+    assert row.status == "completed" and row.exit is MISSING
