@@ -48,3 +48,19 @@ def test_an_unreadable_saved_report_is_no_report(stores: Stores, admin_client_: 
     assert "No check has run" in text_of(admin_client_.get("/indexes/"))
     assert dashboard.last_check_summary({"found": {"x": "y"}}) is None
     assert dashboard.last_check_summary(None) is None
+
+
+def test_dashboard_pages_survive_a_partial_hash(stores: Stores, admin_client_: Client) -> None:
+    """A job hash that lost its identifying fields is shown, never a 500."""
+    job_id = stores.main.enqueue(req(payload={"n": 1})).id
+    other = stores.main.enqueue(req(payload={"n": 2})).id
+    stores.main.client.hdel(stores.main.keys.job(job_id), "name", "queue", "payload")
+    stores.main.client.hset(stores.main.keys.job(other), "priority", "high")
+    for url in (
+        f"/stores/main/jobs/{job_id}",
+        f"/stores/main/jobs/{other}",
+        "/jobs/?store=main",
+        "/",
+    ):
+        response = admin_client_.get(url)
+        assert response.status_code == 200, (url, response.status_code)

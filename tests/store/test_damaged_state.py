@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from store import Claimed, Complete, Empty, codec
 from store.records import DedupePolicy
 from tests.store.helpers import claim, claim_job, counts_of, req
@@ -162,15 +164,20 @@ def test_sweep_dedupes_heals_window_entry_listed_as_pending(store, clock):
 # ------------------------------------------------------------------ defect 4
 
 
-def test_promotion_of_many_due_jobs_keeps_priority(store, clock):
-    # 450 low-priority jobs due first, one high-priority job due last.
-    store.enqueue_many([req(payload={"n": i}, delay_ms=1000 + i) for i in range(450)])
+@pytest.mark.parametrize("due", [450, 1_234])
+def test_promotion_of_many_due_jobs_keeps_priority(store, clock, due):
+    # Many low-priority jobs due first, one high-priority job due last (1,234: the owed
+    # promotions take several bounded promote_due calls).
+    store.enqueue_many([req(payload={"n": i}, delay_ms=1000 + i) for i in range(due)])
     urgent = store.enqueue(req(payload={"n": "urgent"}, priority=10, delay_ms=5000)).id
+    later = store.enqueue(req(payload={"n": "later"}, priority=99, delay_ms=60_000)).id
     clock.advance(10_000)
     assert claim_job(store).id == urgent
-    # Every due job was promoted before the pick.
-    assert store.client.zcard(store.keys.delayed("default")) == 0
-    assert store.counts() == counts_of(waiting=450, active=1)
+    # Every due job was promoted before the pick, and only the due ones.
+    assert store.client.zrange(store.keys.delayed("default"), 0, -1) == [later]
+    assert store.counts() == counts_of(waiting=due, active=1, delayed=1)
+    # FIFO among the promoted (equal priority): the earliest enqueued comes next.
+    assert claim_job(store, token="t-2").payload == {"n": 0}
 
 
 def test_promotion_of_many_due_jobs_keeps_priority_in_ack_and_claim(store, clock):
