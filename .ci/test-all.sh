@@ -41,7 +41,7 @@ if [ -z "${MQ_TEST_REDIS_URL:-}" ]; then
   if "$PY" -c 'import redis, sys; sys.exit(0 if redis.Redis(socket_connect_timeout=1).ping() else 1)' 2>/dev/null; then
     echo "== pass 2: the Redis on 127.0.0.1:6379"
     suites=()
-    for d in tests/store tests/runtime tests/flows tests/chaos tests/property tests/commands; do
+    for d in tests/store tests/runtime tests/flows tests/chaos tests/property tests/commands tests/consistency; do
       [ -d "$d" ] && suites+=("$d")
     done
     MQ_TEST_REDIS_URL=redis://127.0.0.1:6379/0 "$PY" -m pytest "${suites[@]}" "$@"

@@ -18,11 +18,16 @@ class MqadminConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from mqadmin.checks import check_host_project, check_store_settings
+        from mqadmin.checks import (
+            check_eviction_policy,
+            check_host_project,
+            check_store_settings,
+        )
         from mqadmin.runtime import install_registry
 
         checks.register(check_store_settings)
         checks.register(check_host_project)
+        checks.register(check_eviction_policy)
         install_registry()
         setting_changed.connect(_store_settings_changed, dispatch_uid="mqadmin-store-settings")
 

@@ -133,10 +133,18 @@ class StoreBoard:
     chart: ThroughputChart | None = None
     #: Queues with waiting jobs beyond OLDEST_WAITING_QUEUES (their age is not looked up).
     oldest_skipped: int = 0
+    #: The eviction guard's warning for the store's Redis ("" when its policy is noeviction).
+    eviction: str = ""
 
     @property
     def name(self) -> str:
         return self.overview.name
+
+
+def eviction_warning(job_store: Any) -> str:
+    """The eviction guard's message for a store's Redis, as read when the store started."""
+    status = getattr(job_store, "eviction", None)
+    return str(status.message) if status is not None else ""
 
 
 def overview(with_chart: bool = True) -> list[StoreBoard]:
@@ -199,6 +207,7 @@ def overview(with_chart: bool = True) -> list[StoreBoard]:
                 paused=paused,
                 chart=chart,
                 oldest_skipped=max(0, len(waiting_rows) - OLDEST_WAITING_QUEUES),
+                eviction=eviction_warning(job_store),
             )
         )
     return boards
@@ -1037,14 +1046,56 @@ def outbox_page(
 
 
 @dataclass
+class LastCheck:
+    """The last ``mqcheck`` report of a store, as the index status page shows it."""
+
+    finished_at: int
+    repair: bool
+    consistent: bool
+    interrupted: bool
+    jobs: int
+    unsettled: int
+    #: (kind, found, repaired, what the kind means), by kind.
+    kinds: list[tuple[str, int, int, str]] = field(default_factory=list)
+
+
+def last_check_summary(data: Mapping[str, Any] | None) -> LastCheck | None:
+    """A saved report made presentable; None when there is none (or it is unreadable)."""
+    from store.consistency import KINDS
+
+    if not data:
+        return None
+    try:
+        found = {str(k): int(v) for k, v in dict(data.get("found") or {}).items()}
+        repaired = {str(k): int(v) for k, v in dict(data.get("repaired") or {}).items()}
+        return LastCheck(
+            finished_at=int(data.get("finished_at") or 0),
+            repair=bool(data.get("repair")),
+            consistent=bool(data.get("consistent")),
+            interrupted=bool(data.get("interrupted")),
+            jobs=int(data.get("jobs") or 0),
+            unsettled=int(data.get("unsettled") or 0),
+            kinds=[
+                (kind, n, repaired.get(kind, 0), KINDS.get(kind, kind))
+                for kind, n in sorted(found.items())
+            ],
+        )
+    except (TypeError, ValueError):
+        return None
+
+
+@dataclass
 class IndexStore:
     store: str
     prefix: str
     kinds: list[services.IndexSummary] = field(default_factory=list)
     error: str | None = None
+    check: LastCheck | None = None
 
 
 def index_overview() -> list[IndexStore]:
+    from store.consistency import last_check
+
     out: list[IndexStore] = []
     for name, entry in services.configured_stores().items():
         item = IndexStore(store=name, prefix=str(entry["prefix"]))
@@ -1052,6 +1103,7 @@ def index_overview() -> list[IndexStore]:
             job_store = open_store(name)
             with reaching(name):
                 item.kinds = services.bounded_index_status(job_store)
+                item.check = last_check_summary(last_check(job_store))
         except StoreUnavailable as exc:
             item.error = exc.message
         out.append(item)

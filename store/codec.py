@@ -296,7 +296,19 @@ def _number(text: str) -> float:
 
 
 def record_from_hash(job_id: str, h: Mapping[str, str]) -> JobRecord:
-    """Build a JobRecord from a job hash (absent fields mean absent values)."""
+    """Build a JobRecord from a job hash (absent fields mean absent values).
+
+    Never raises: a hash damaged behind the store's back (fields deleted or
+    overwritten by hand) decodes field by field, each unreadable field at its
+    default (see ``_tolerant_record``).
+    """
+    try:
+        return _record(job_id, h)
+    except (KeyError, ValueError, TypeError, AttributeError):
+        return _tolerant_record(job_id, h)
+
+
+def _record(job_id: str, h: Mapping[str, str]) -> JobRecord:
     flow = None
     if h.get("flow_pending"):
         flow = FlowState(
@@ -339,7 +351,72 @@ def record_from_hash(job_id: str, h: Mapping[str, str]) -> JobRecord:
     )
 
 
+_DECODE_ERRORS = (KeyError, ValueError, TypeError, AttributeError)
+
+
+def tolerant(convert: Any, value: Any, default: Any) -> Any:
+    """``convert(value)``, or ``default`` when the value is absent, empty or unreadable."""
+    if value is None or value == "":
+        return default
+    try:
+        return convert(value)
+    except _DECODE_ERRORS:
+        return default
+
+
+def _tolerant_record(job_id: str, h: Mapping[str, str]) -> JobRecord:
+    """The slow path of ``record_from_hash``: every field on its own, defaults for the rest."""
+    flow = None
+    pending = tolerant(int, h.get("flow_pending"), None)
+    if pending is not None:
+        flow = FlowState(
+            fail_fast=h.get("flow_fail_fast") == "1",
+            pending=pending,
+            completed=tolerant(int, h.get("flow_completed"), 0),
+            failed=tolerant(int, h.get("flow_failed"), 0),
+            cancelled=tolerant(int, h.get("flow_cancelled"), 0),
+        )
+    metadata = tolerant(_loads, h.get("metadata"), {})
+    if not isinstance(metadata, dict):
+        metadata = {}
+    state = h.get("state") or "waiting"
+    return JobRecord(
+        id=job_id,
+        name=str(h.get("name") or ""),
+        queue=str(h.get("queue") or ""),
+        payload=tolerant(_loads, h.get("payload"), None),
+        metadata=metadata,
+        state=str(state),
+        priority=tolerant(_number, h.get("priority"), 0),
+        attempts_max=tolerant(int, h.get("attempts_max"), 1),
+        attempts_made=tolerant(int, h.get("attempts_made"), 0),
+        stalled_count=tolerant(int, h.get("stalled_count"), 0),
+        backoff=tolerant(lambda t: BackoffPolicy.coerce(_loads(t)), h.get("backoff"), None),
+        keep=tolerant(lambda t: KeepPolicy.coerce(_loads(t)), h.get("keep"), None),
+        timeout_ms=tolerant(int, h.get("timeout_ms"), None),
+        cancel_requested=h.get("cancel_requested") == "1",
+        dedupe_key=h.get("dedupe_key") or None,
+        trace=tolerant(lambda t: TraceContext.coerce(_loads(t)), h.get("trace"), None),
+        parent=tolerant(lambda t: ParentEnvelope.coerce(_loads(t)), h.get("parent"), None),
+        flow=flow,
+        run_at=tolerant(int, h.get("run_at"), 0),
+        enqueued_at=tolerant(int, h.get("enqueued_at"), 0),
+        processed_at=tolerant(int, h.get("processed_at"), None),
+        finished_at=tolerant(int, h.get("finished_at"), None),
+        exit=tolerant(decode_exit, h.get("exit"), MISSING),
+        failed_reason=h.get("failed_reason") or None,
+    )
+
+
 def attempt_from_json(text: str) -> AttemptRecord:
+    try:
+        return _attempt(text)
+    except (*_DECODE_ERRORS, RecursionError):
+        # A ledger entry damaged by hand: shown as what can be read of it.
+        return AttemptRecord(attempt=0, started_at=None, finished_at=0, outcome="unknown")
+
+
+def _attempt(text: str) -> AttemptRecord:
     doc = _loads(text)
     return AttemptRecord(
         attempt=int(doc["attempt"]),

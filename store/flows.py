@@ -380,7 +380,8 @@ def _child_record(flow_id: str, child_key: str, h: Mapping[str, str]) -> FlowChi
         store_key=h.get("store_key", ""),
         child_job_id=h.get("child_job_id", ""),
         status=h.get("status", "pending"),
-        exit=codec.decode_exit(h.get("exit")),
+        # A damaged row (exit overwritten by hand) reads as having no exit, never raises.
+        exit=codec.tolerant(codec.decode_exit, h.get("exit"), MISSING),
         failed_reason=h.get("failed_reason") or None,
         cascaded=h.get("cascaded") == "1",
     )

@@ -47,6 +47,8 @@ class StoreKeys:
         self.resolvable = f"{tag}:resolvable"
         #: Jobs that ever reached each terminal state, per queue (field ``<queue>|<state>``).
         self.finished_total = f"{tag}:finishedtotal"
+        #: The last mqcheck report (JSON), shown on the dashboard's index page.
+        self.check_last = f"{tag}:check:last"
 
     def job(self, job_id: str) -> str:
         return f"{self.tag}:job:{job_id}"

@@ -28,6 +28,7 @@ from store.errors import (
     LockLostError,
     StoreFailure,
 )
+from store.eviction import warn_once
 from store.flows import FlowOperations
 from store.indexes import reconcile_indexes
 from store.insights import InsightOperations
@@ -182,6 +183,8 @@ class RedisJobStore(ScheduleOperations, FlowOperations, InsightOperations):
         self._wake = WakeHub(client, self.keys.wake)
         # Fatal on failure: a store never starts with half-configured indexes.
         reconcile_indexes(self, self.now())
+        #: The server's maxmemory-policy as read at start (warned about once per process).
+        self.eviction = warn_once(client)
 
     def __repr__(self) -> str:
         return f"RedisJobStore(prefix={self.prefix!r}, store_key={self.store_key!r})"
@@ -220,7 +223,9 @@ class RedisJobStore(ScheduleOperations, FlowOperations, InsightOperations):
         """Finish work a script could not complete within its own bounded call.
 
         ``keep``: pruning of a (name, state) group beyond one call's budget;
-        ``rows``: flipping the pending rows of a settled flow with many children.
+        ``rows``: flipping the pending rows of a settled flow with many children;
+        ``promote``: promoting a queue's due delayed jobs beyond one claim's
+        budget (the claim picked nothing and answers ``again``).
         """
         for k in range(0, len(owed), 4):
             kind, a, b, c = owed[k : k + 4]
@@ -231,6 +236,9 @@ class RedisJobStore(ScheduleOperations, FlowOperations, InsightOperations):
                 last = b
                 while last:
                     last = self._run("flip_flow_rows", self.now(), a, last)
+            elif kind == "promote":
+                while self._run("promote_due", self.now(), a, BATCH):
+                    pass
 
     def _signal_wake(self, queue: str) -> None:
         self._wake.signal(queue)
@@ -382,9 +390,21 @@ class RedisJobStore(ScheduleOperations, FlowOperations, InsightOperations):
             raise InvalidRequestError("claim needs a lock token")
         self._wake.ensure_subscribed()
         wake_token = self._wake.version
-        now = self.now()
-        reply = self._run("claim", now, token, int(lock_duration_ms), queue, *names)
-        return self._claim_result(reply, wake_token)
+        return self._claim_result(
+            self._claim_reply(queue, names, token, lock_duration_ms), wake_token
+        )
+
+    def _claim_reply(
+        self, queue: str, names: list[str], token: str, lock_duration_ms: int
+    ) -> list[Any]:
+        """One claim, repeated while the script answers ``again`` (it promoted or
+        cleaned a bounded page and picked nothing; each pass makes progress)."""
+        while True:
+            reply: list[Any] = self._run(
+                "claim", self.now(), token, int(lock_duration_ms), queue, *names
+            )
+            if reply[0] != "again":
+                return reply
 
     @staticmethod
     def _ack_args(outcome: AckOutcome) -> tuple[str, str, int]:
@@ -424,6 +444,7 @@ class RedisJobStore(ScheduleOperations, FlowOperations, InsightOperations):
         The ack's errors are raised after the claim took effect; the claimed
         job (if any) is then available as the exception's ``claimed`` attribute.
         """
+        names = list(names)
         self._wake.ensure_subscribed()
         wake_token = self._wake.version
         reply = self._run(
@@ -439,7 +460,10 @@ class RedisJobStore(ScheduleOperations, FlowOperations, InsightOperations):
         )
         if reply[0] == "ok" and isinstance(outcome, Retry):
             self._wake.signal(reply[1])
-        claimed = self._claim_result(reply[2:], wake_token)
+        claim_reply = reply[2:]
+        if claim_reply[0] == "again":
+            claim_reply = self._claim_reply(queue, names, next_token, lock_duration_ms)
+        claimed = self._claim_result(claim_reply, wake_token)
         try:
             self._check_lock_reply(reply, job_id)
         except (JobNotFoundError, LockLostError) as exc:
@@ -461,6 +485,7 @@ class RedisJobStore(ScheduleOperations, FlowOperations, InsightOperations):
         Ack failures do not raise: each ack's result is reported positionally
         (None when it landed, else the LockLostError / JobNotFoundError).
         """
+        names = list(names)
         self._wake.ensure_subscribed()
         wake_token = self._wake.version
         args: list[Any] = [self.now(), int(lock_duration_ms), queue, len(acks)]
@@ -473,6 +498,22 @@ class RedisJobStore(ScheduleOperations, FlowOperations, InsightOperations):
         args.extend(names)
         reply = self._run("ack_claim_many", *args)
         ack_reply, claimed, next_run_at = reply
+        # A claim that stopped short (owed promotions, dangling members): claim
+        # the rest with no acks, until the batch fills or the queue runs dry.
+        while next_run_at == "!again":
+            rest = tokens[len(claimed) // 2 :]
+            more = self._run(
+                "ack_claim_many",
+                self.now(),
+                int(lock_duration_ms),
+                queue,
+                0,
+                len(rest),
+                *rest,
+                *names,
+            )
+            claimed = [*claimed, *more[1]]
+            next_run_at = more[2]
         errors: list[StoreFailure | None] = []
         for k, (job_id, _token, outcome) in enumerate(acks):
             code, ack_queue = ack_reply[2 * k], ack_reply[2 * k + 1]

@@ -7,7 +7,9 @@
 -- ARGV[10..]  the job names the caller handles
 --
 -- Reply: {ack reply (2 entries, the second '' when the ack failed),
---         claim reply ('claimed', id, pairs | 'empty', next_run_at)}.
+--         claim reply ('claimed', id, pairs | 'empty', next_run_at | 'again', '')}.
+-- 'again': the claim stopped short (owed promotions, dangling members; see
+-- claim_next) and the caller claims once more.
 -- The claim runs whatever the ack's outcome: a worker whose ack was refused
 -- (lock lost) still wants its next job.
 local now = tonumber(ARGV[1])

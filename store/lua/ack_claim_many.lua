@@ -8,7 +8,9 @@
 -- then k, then k lock tokens for the claims, then the handled job names
 --
 -- Reply: {ack replies (n pairs: code, queue or ''), claimed (flat: id, pairs,
--- id, pairs, ...), next_run_at or '' (set when the queue ran dry)}
+-- id, pairs, ...), next_run_at or '' (set when the queue ran dry), or '!again'
+-- when a claim stopped short (owed promotions, dangling members; see
+-- claim_next): the caller claims the rest again}
 local now = tonumber(ARGV[1])
 local lock_ms = tonumber(ARGV[2])
 local queue = ARGV[3]
@@ -32,6 +34,7 @@ for i = 1, k do
   local c = claim_next(now, ARGV[at + i], lock_ms, queue, names)
   if c[1] ~= 'claimed' then
     next_run_at = c[2]
+    if c[1] == 'again' then next_run_at = '!again' end
     break
   end
   claimed[#claimed + 1] = c[2]

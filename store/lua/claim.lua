@@ -4,8 +4,9 @@
 -- ARGV[1]  now   ARGV[2]  token   ARGV[3]  lock duration ms
 -- ARGV[4]  queue   ARGV[5..]  the job names this caller handles
 --
--- Reply: {'claimed', id, <HGETALL pairs>} | {'empty', next_run_at or ''}
--- (see claim_next in lib/09_claim_ack.lua).
+-- Reply: {'claimed', id, <HGETALL pairs>} | {'empty', next_run_at or ''} |
+-- {'again', ''} (claim again; owed promotions come as '!owed'; see claim_next
+-- in lib/09_claim_ack.lua).
 local names = {}
 for i = 5, #ARGV do names[#names + 1] = ARGV[i] end
-return claim_next(tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3]), ARGV[4], names)
+return with_owed(claim_next(tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3]), ARGV[4], names))

@@ -36,7 +36,7 @@ if dedupe_key ~= '' then
     local kk = k_job(keyed)
     local kf = redis.call('HMGET', kk, 'state', 'queue')
     local keyed_state, keyed_queue = kf[1], kf[2]
-    if replace and keyed_state == 'delayed' then
+    if replace and keyed_state == 'delayed' and keyed_queue then
       -- Rewrite the still-delayed keyed job in place; id, queue, seq, ledger,
       -- enqueued_at, dedupe key and parent stay.
       local run_at = now + math.max(0, r.delay)
@@ -60,7 +60,9 @@ if dedupe_key ~= '' then
       if #del > 0 then redis.call('HDEL', kk, unpack(del)) end
       redis.call('ZADD', k_delayed(keyed_queue), run_at, keyed)
       if ttl then
+        -- The entry is a window entry from now on (out of the pending index).
         redis.call('HSET', dk, 'expires_at', fmt(now + ttl))
+        redis.call('ZREM', K_DEDUPE_PENDING, member)
         redis.call('ZADD', K_DEDUPE_WINDOWS, now + ttl, member)
       end
       wake(keyed_queue)

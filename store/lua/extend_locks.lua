@@ -4,14 +4,15 @@
 -- ARGV[1]  now   ARGV[2]  duration ms   ARGV[3..]  id, token pairs
 --
 -- Reply: {lost ids, cancel-requested ids}.  A lock whose job carries a
--- cancel request is reported and NOT extended.
+-- cancel request is reported and NOT extended.  A lock whose row is gone is
+-- lost (its dangling active member is left to recover_stalled).
 local now = tonumber(ARGV[1])
 local expires = now + tonumber(ARGV[2])
 local lost, cancel = {}, {}
 for i = 3, #ARGV, 2 do
   local id, token = ARGV[i], ARGV[i + 1]
-  local f = redis.call('HMGET', k_job(id), 'state', 'lock_token', 'cancel_requested')
-  if f[1] ~= 'active' or f[2] ~= token then
+  local f = redis.call('HMGET', k_job(id), 'state', 'lock_token', 'cancel_requested', 'queue')
+  if f[1] ~= 'active' or f[2] ~= token or not f[4] then
     lost[#lost + 1] = id
   elseif f[3] == '1' then
     cancel[#cancel + 1] = id

@@ -22,7 +22,7 @@ local total = tonumber(ARGV[7])
 local n = tonumber(ARGV[8])
 
 local j = snapshot(id)
-if not j then return { 'notfound' } end
+if not j then return ack_missing(id) end
 if j.state ~= 'active' or j.lock_token ~= token then return { 'locklost' } end
 local jk = k_job(id)
 local has_manifest = redis.call('HEXISTS', jk, 'flow_pending') == 1

@@ -13,7 +13,7 @@ local from = first + tonumber(ARGV[3])
 local ids = redis.call('ZRANGE', K_ALL, from, from + tonumber(ARGV[4]) - 1)
 for _, id in ipairs(ids) do
   local f = redis.call('HMGET', k_job(id), 'name', 'queue', 'enqueued_at')
-  if f[2] then
+  if f[1] and f[2] and f[3] then
     if kind == 'name' then
       redis.call('ZADD', k_byname(f[1]), f[3], id)
     else

@@ -96,6 +96,19 @@ local function peek(h)
   return h.buf[h.pos], tonumber(h.buf[h.pos + 1]), h.buf[h.pos + 1]
 end
 
+-- The counter a dangling member of a source held: delayed:<queue> names its
+-- queue; finished:<state> is store-wide (the queue comes from orphan_queue).
+local DELAYED_PREFIX, FINISHED_PREFIX = B .. ':delayed:', B .. ':finished:'
+local function uncount_source(key, id)
+  if string.sub(key, 1, #DELAYED_PREFIX) == DELAYED_PREFIX then
+    uncount(string.sub(key, #DELAYED_PREFIX + 1), 'delayed')
+  elseif string.sub(key, 1, #FINISHED_PREFIX) == FINISHED_PREFIX then
+    local state = string.sub(key, #FINISHED_PREFIX + 1)
+    local queue = is_terminal(state) and orphan_queue(id)
+    if queue then uncount(queue, state) end
+  end
+end
+
 local function matches(jk)
   local f = redis.call('HMGET', jk, 'queue', 'name', 'state', 'metadata')
   if not f[1] then return nil end
@@ -134,8 +147,9 @@ while true do
   local jk = k_job(best_id)
   local ok = matches(jk)
   if ok == nil then
-    -- An orphan: the row is gone.  Heal this source (ranks after it shift down).
-    redis.call('ZREM', h.key, best_id)
+    -- An orphan: the row is gone.  Heal this source (ranks after it shift down)
+    -- and, for a state set, take back the counter the job held.
+    if redis.call('ZREM', h.key, best_id) == 1 then uncount_source(h.key, best_id) end
     h.rank = h.rank - 1
   elseif ok then
     if found == limit then

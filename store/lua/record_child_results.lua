@@ -25,8 +25,11 @@ for i = 0, n - 1 do
   out[2 * i + 1], out[2 * i + 2] = '0', '0'
   local f = flows[flow_id]
   if not f then
-    local p = redis.call('HMGET', k_job(flow_id), 'state', 'flow_pending', 'flow_fail_fast')
-    f = { parked = p[1] == 'waiting-children' and p[2] ~= false, fail_fast = p[3] == '1' }
+    local p = redis.call('HMGET', k_job(flow_id), 'state', 'flow_pending', 'flow_fail_fast', 'queue', 'name', 'seq')
+    f = {
+      parked = p[1] == 'waiting-children' and p[2] ~= false and is_row(p[1], p[4], p[5], p[6]),
+      fail_fast = p[3] == '1',
+    }
     flows[flow_id] = f
     order[#order + 1] = flow_id
   end

@@ -6,7 +6,9 @@
 -- Reply: {examined, requeued, id1, failed1, id2, failed2, ...} where failedN
 -- is '1' when the stall limit failed the job.  Jobs whose pending cancel was
 -- honoured are not listed.  A requeue publishes a broadcast wake.  Members
--- whose row is not active any more are dropped from the active zset.
+-- whose row is not active any more are dropped from the active zset; a
+-- member whose row is gone (or a remnant without its identifying fields) is
+-- dropped with its active counter.
 local now = tonumber(ARGV[1])
 local max_stalled = tonumber(ARGV[2])
 local expired = redis.call('ZRANGEBYSCORE', K_ACTIVE, '-inf', now, 'LIMIT', 0, tonumber(ARGV[3]))
@@ -14,7 +16,9 @@ local out = { #expired, 0 }
 local requeued = 0
 for _, id in ipairs(expired) do
   local j = snapshot(id)
-  if not j or j.state ~= 'active' then
+  if not j then
+    drop_active_orphan(id)
+  elseif j.state ~= 'active' then
     redis.call('ZREM', K_ACTIVE, id)
   elseif j.cancel_requested then
     finish_cancelled(id, j, now)

@@ -9,7 +9,7 @@
 local now = tonumber(ARGV[1])
 local id, token = ARGV[2], ARGV[3]
 local j = snapshot(id)
-if not j then return { 'notfound' } end
+if not j then return ack_missing(id) end
 if j.state ~= 'active' or j.lock_token ~= token then return { 'locklost' } end
 if j.cancel_requested then
   finish_cancelled(id, j, now)

@@ -5,9 +5,14 @@
 --
 -- Reply: 1 when deleted, 0 for unknown, active or waiting-children jobs.
 -- An operator override: it appends nothing to the outbox and ignores the
--- cascade-retention exemption.
+-- cascade-retention exemption.  A remnant hash (its identifying fields lost)
+-- is always removable.
 local id = ARGV[1]
-local state = redis.call('HGET', k_job(id), 'state')
-if (not state) or state == 'active' or state == 'waiting-children' then return 0 end
+local f = redis.call('HMGET', k_job(id), 'state', 'queue', 'name', 'seq')
+if is_row(f[1], f[2], f[3], f[4]) then
+  if f[1] == 'active' or f[1] == 'waiting-children' then return 0 end
+elseif redis.call('EXISTS', k_job(id)) == 0 then
+  return 0
+end
 delete_job(id)
 return 1

@@ -7,7 +7,8 @@
 -- ARGV[4]  pending phase: lex cursor ('-' to start, else '(' .. last member)
 --
 -- Reply: {scanned, pruned, last member or ''}.  The pending phase walks the
--- whole lex-ordered set by cursor, so live entries never hide dead ones.
+-- whole lex-ordered set by cursor, so live entries never hide dead ones; an
+-- entry that carries a window is moved to the window index, never pruned here.
 local phase = ARGV[1]
 local now = tonumber(ARGV[2])
 local limit = tonumber(ARGV[3])
@@ -22,11 +23,18 @@ if phase == 'window' then
 end
 local members = redis.call('ZRANGEBYLEX', K_DEDUPE_PENDING, ARGV[4], '+', 'LIMIT', 0, limit)
 for _, member in ipairs(members) do
-  local job_id = redis.call('HGET', k_dedupe(member), 'job_id')
-  local state = job_id and redis.call('HGET', k_job(job_id), 'state')
-  if (not state) or is_terminal(state) then
-    dedupe_unregister(member)
-    pruned = pruned + 1
+  local e = redis.call('HMGET', k_dedupe(member), 'job_id', 'expires_at')
+  if e[2] then
+    -- A window entry listed as pending: it belongs to the window index and
+    -- lives until its window ends, whatever happened to its job.
+    redis.call('ZREM', K_DEDUPE_PENDING, member)
+    redis.call('ZADD', K_DEDUPE_WINDOWS, e[2], member)
+  else
+    local state = e[1] and redis.call('HGET', k_job(e[1]), 'state')
+    if (not state) or is_terminal(state) then
+      dedupe_unregister(member)
+      pruned = pruned + 1
+    end
   end
 end
 return { #members, pruned, members[#members] or '' }

@@ -35,6 +35,7 @@ from store import (
     connect,
 )
 from store import scripts as store_scripts
+from store.consistency import check_store
 from store.index_admin import index_status, reindex
 from store.indexes import heal_index_tail, rebuild_index
 from store.scripts import ScriptRegistry, script_names
@@ -160,6 +161,22 @@ def test_every_store_script_runs_and_succeeds_on_a_cluster_store(
     cascaded = [c.child_key for flow in work.cascade for c in flow.children]
     assert cascaded
     store.mark_children_cascaded(parent, cascaded)
+
+    # owed promotions (promote_due): more due delayed jobs than one claim may promote
+    store.enqueue_many([EnqueueRequest(name="Due", queue="due", delay_ms=1000) for _ in range(250)])
+    store.enqueue(EnqueueRequest(name="Due", queue="due", priority=9, delay_ms=4000))
+    clock.advance(5000)
+    assert _claim(store, "Due", queue="due", token="due").priority == 9
+
+    # mqcheck on a damaged store: check_jobs, check_members, check_dedupes, check_flow,
+    # fix_counter, fix_flow
+    store.enqueue(EnqueueRequest(name="Dedupe", dedupe={"key": "k2"}))
+    store.client.hincrby(store.keys.counts, "due|waiting", 3)
+    store.client.hincrby(store.keys.job(parent), "flow_completed", 1)
+    repaired = check_store(store, repair=True)
+    assert repaired.found == {"counter": 1, "flow_counter": 1}, repaired.samples
+    assert repaired.consistent
+    assert check_store(store).found == {}
 
     # retention: 501 finished rows, then a keep rule that prunes them (prune_keep
     # finishes what one bounded call could not); the history and dedupe sweeps

@@ -216,3 +216,51 @@ local function insert_job(id, r, dedupe_key, now, idx, seq, acc)
   acc.woken[queue] = true
   return state
 end
+
+-- Dangling members.  A job hash can vanish behind the store's back (deleted by
+-- hand, evicted) or lose the fields that identify it, while its id stays in
+-- the sorted sets.  is_row tells a usable row from such a remnant; a script
+-- that meets a dangling member removes it, takes back the counter the job
+-- contributed to, and goes on.  A counter is never taken below zero (a
+-- member seen twice, or a counter mqcheck already repaired).
+local function is_row(state, queue, name, seq)
+  return state and queue and name and seq and true or false
+end
+
+local function uncount(queue, state)
+  local field = queue .. '|' .. state
+  if (tonumber(redis.call('HGET', K_COUNTS, field)) or 0) > 0 then
+    redis.call('HINCRBY', K_COUNTS, field, -1)
+    return field
+  end
+  return nil
+end
+
+-- The queue of a dangling member of a store-wide set (active, finished:*),
+-- where the key does not say it: the remnant's own queue field, else the
+-- queue index that still lists the id (looked up over at most ORPHAN_QUEUES
+-- queue/name pairs).  nil when it cannot be told (mqcheck recounts then).
+local ORPHAN_QUEUES = 1000
+local function orphan_queue(id)
+  local queue = redis.call('HGET', k_job(id), 'queue')
+  if queue then return queue end
+  if redis.call('SCARD', K_QNAMES) > ORPHAN_QUEUES then return nil end
+  local seen = {}
+  for _, qname in ipairs(redis.call('SMEMBERS', K_QNAMES)) do
+    local at = string.find(qname, NUL, 1, true)
+    local q = at and string.sub(qname, 1, at - 1) or qname
+    if not seen[q] then
+      seen[q] = true
+      if redis.call('ZSCORE', k_byqueue(q), id) then return q end
+    end
+  end
+  return nil
+end
+
+-- Drop a dangling member of the active set, with its counter.
+local function drop_active_orphan(id)
+  if redis.call('ZREM', K_ACTIVE, id) == 1 then
+    local queue = orphan_queue(id)
+    if queue then uncount(queue, 'active') end
+  end
+end

@@ -7,13 +7,28 @@ local function owes_cascades(id)
   return owed and tonumber(owed) > 0
 end
 
+-- Delete a remnant hash (its identifying fields lost, so its per-queue and
+-- per-name set members cannot be named): drop it from the store-wide sets
+-- that may list it; mqcheck removes the rest as dangling members.
+local function delete_remnant(id)
+  redis.call('ZREM', K_ALL, id)
+  redis.call('ZREM', K_ACTIVE, id)
+  redis.call('ZREM', K_KEEPAGE, id)
+  for _, s in ipairs({ 'completed', 'failed', 'cancelled' }) do redis.call('ZREM', k_finished(s), id) end
+  redis.call('DEL', k_job(id), k_attempts(id))
+end
+
 -- Remove a job and everything that points at it.  Dedupe entries and outbox
 -- entries are deliberately left alone (see the store contract, remove).
 local function delete_job(id)
   local jk = k_job(id)
   local f = redis.call('HMGET', jk, 'name', 'queue', 'state', 'seq')
   local name, queue, state, seq = f[1], f[2], f[3], f[4]
-  if not queue then return false end
+  if not is_row(state, queue, name, seq) then
+    if redis.call('EXISTS', jk) == 0 then return false end
+    delete_remnant(id)
+    return true
+  end
   -- The ZREM comes first on purpose: on a full server (noeviction) Redis refuses a
   -- memory-growing command only as a script's first write, so deleting still works.
   redis.call('ZREM', K_ALL, id)
@@ -35,6 +50,18 @@ local function delete_job(id)
   redis.call('HDEL', K_FLOW_OWES, id)
   redis.call('DEL', jk, k_attempts(id))
   return true
+end
+
+-- Delete a row of a (name, state) group; a dangling member (its hash gone) is
+-- dropped from the group and the finished set, with its counter.
+local function prune_row(tk, state, id)
+  if delete_job(id) then return end
+  redis.call('ZREM', tk, id)
+  if redis.call('ZREM', k_finished(state), id) == 1 then
+    local queue = orphan_queue(id)
+    if queue then uncount(queue, state) end
+  end
+  redis.call('ZREM', K_KEEPAGE, id)
 end
 
 -- The keep rule for one state: the policy of the job that just finished.  The
@@ -69,7 +96,7 @@ local function apply_keep_once(name, state, rule, now)
     local old = redis.call('ZRANGEBYSCORE', tk, '-inf', now - age, 'LIMIT', 0, budget)
     for _, id in ipairs(old) do
       if not owes_cascades(id) then
-        delete_job(id)
+        prune_row(tk, state, id)
         budget = budget - 1
       end
     end
@@ -96,14 +123,14 @@ local function apply_keep_once(name, state, rule, now)
   for i, row in ipairs(ranked) do
     if i > slots and not owes_cascades(row.id) then
       if budget <= 0 then return true end
-      delete_job(row.id)
+      prune_row(tk, state, row.id)
       budget = budget - 1
     end
   end
   if budget <= 0 then return true end
   local below = redis.call('ZREVRANGEBYSCORE', tk, '(' .. boundary, '-inf', 'LIMIT', 0, budget)
   for _, id in ipairs(below) do
-    if not owes_cascades(id) then delete_job(id) end
+    if not owes_cascades(id) then prune_row(tk, state, id) end
   end
   return #below >= budget
 end

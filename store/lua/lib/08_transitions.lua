@@ -1,10 +1,11 @@
 -- State transitions shared by several scripts.
 
--- The fields every transition needs, read in one call.
+-- The fields every transition needs, read in one call.  nil when the row is
+-- gone or is a remnant without its identifying fields (see is_row).
 local function snapshot(id)
   local f = redis.call('HMGET', k_job(id), 'state', 'queue', 'name', 'seq', 'priority',
     'processed_at', 'cancel_requested', 'keep', 'dedupe_key', 'lock_token')
-  if not f[1] then return nil end
+  if not is_row(f[1], f[2], f[3], f[4]) then return nil end
   return {
     state = f[1], queue = f[2], name = f[3], seq = f[4], priority = f[5] or '0',
     processed_at = f[6] or nil, cancel_requested = f[7] == '1', keep = f[8] or nil,

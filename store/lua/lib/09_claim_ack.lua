@@ -3,24 +3,47 @@
 
 local PROMOTE_LIMIT = 200
 local NEXT_RUN_SCAN = 200
+-- Dangling waiting members one claim skips (and removes) before it hands
+-- the rest back with 'again'.
+local ORPHAN_SKIP = 100
 
--- Claim: promote due delayed jobs of the queue (bounded, for every name and
--- even while paused), then take the best waiting job whose name is in names.
--- Returns {'claimed', id, pairs} or {'empty', next_run_at or ''}.  Work per
--- call is bounded: at most PROMOTE_LIMIT promotions and NEXT_RUN_SCAN delayed
--- members examined; the best waiting job is the head of one zset per name.
-local function claim_next(now, token, lock_ms, queue, names)
+-- Promote up to limit due delayed jobs of a queue, oldest run_at first.
+-- Dangling members (their hash gone) are dropped with their counter.  Returns
+-- the number of members handled and whether more due members remain.
+local function promote_due(queue, now, limit)
   local dk = k_delayed(queue)
-  local due = redis.call('ZRANGEBYSCORE', dk, '-inf', now, 'LIMIT', 0, PROMOTE_LIMIT)
+  local due = redis.call('ZRANGEBYSCORE', dk, '-inf', now, 'LIMIT', 0, limit)
   for _, id in ipairs(due) do
     redis.call('ZREM', dk, id)
-    local f = redis.call('HMGET', k_job(id), 'name', 'priority', 'seq')
-    if f[1] then
+    local f = redis.call('HMGET', k_job(id), 'name', 'priority', 'seq', 'state', 'queue')
+    if is_row(f[4], f[5], f[1], f[3]) then
       redis.call('HSET', k_job(id), 'state', 'waiting')
       add_waiting(queue, f[1], f[2] or '0', f[3], id)
       counts_add(queue, 'delayed', -1)
       counts_add(queue, 'waiting', 1)
+    else
+      uncount(queue, 'delayed')
     end
+  end
+  local more = #due >= limit and #redis.call('ZRANGEBYSCORE', dk, '-inf', now, 'LIMIT', 0, 1) > 0
+  return #due, more
+end
+
+-- Claim: promote every due delayed job of the queue (for every name and even
+-- while paused), then take the best waiting job whose name is in names.
+-- Returns {'claimed', id, pairs}, {'empty', next_run_at or ''} or {'again'}.
+-- Work per call is bounded: at most PROMOTE_LIMIT promotions, NEXT_RUN_SCAN
+-- delayed members examined and ORPHAN_SKIP dangling waiting members removed.
+-- When more jobs are due than one call promotes, nothing is picked (a job
+-- still delayed may outrank every waiting one): the call owes 'promote' work,
+-- which the caller finishes in bounded promote_due calls, then claims again.
+-- 'again' also follows a page of dangling members.
+local function claim_next(now, token, lock_ms, queue, names)
+  local dk = k_delayed(queue)
+  local _, more = promote_due(queue, now, PROMOTE_LIMIT)
+  if more then
+    owe('promote', queue)
+    return { 'again', '' }
   end
 
   -- The earliest run_at among delayed jobs with a handled name.  If the
@@ -33,6 +56,7 @@ local function claim_next(now, token, lock_ms, queue, names)
     for i = 1, #page, 2 do
       local name = redis.call('HGET', k_job(page[i]), 'name')
       if name and handled[name] then return page[i + 1] end
+      if not name and redis.call('ZREM', dk, page[i]) == 1 then uncount(queue, 'delayed') end
     end
     if #page >= NEXT_RUN_SCAN * 2 then return page[#page] end
     return ''
@@ -42,30 +66,46 @@ local function claim_next(now, token, lock_ms, queue, names)
     return { 'empty', next_run_at() }
   end
 
-  -- Seqs are unique and zero-padded, so comparing members compares seqs.
-  local best_key, best_member, best_score
-  for _, name in ipairs(names) do
-    local wk = k_waiting(queue, name)
-    local top = redis.call('ZRANGE', wk, 0, 0, 'WITHSCORES')
-    if #top > 0 then
-      local score = tonumber(top[2])
-      if best_member == nil or score < best_score or (score == best_score and top[1] < best_member) then
-        best_key, best_member, best_score = wk, top[1], score
+  for _ = 1, ORPHAN_SKIP do
+    -- Seqs are unique and zero-padded, so comparing members compares seqs.
+    local best_key, best_member, best_score
+    for _, name in ipairs(names) do
+      local wk = k_waiting(queue, name)
+      local top = redis.call('ZRANGE', wk, 0, 0, 'WITHSCORES')
+      if #top > 0 then
+        local score = tonumber(top[2])
+        if best_member == nil or score < best_score or (score == best_score and top[1] < best_member) then
+          best_key, best_member, best_score = wk, top[1], score
+        end
       end
     end
-  end
-  if not best_member then return { 'empty', next_run_at() } end
+    if not best_member then return { 'empty', next_run_at() } end
 
-  local id = string.sub(best_member, 17)
-  local jk = k_job(id)
-  local expires = now + lock_ms
-  redis.call('ZREM', best_key, best_member)
-  redis.call('HSET', jk, 'state', 'active', 'lock_token', token,
-    'lock_expires_at', fmt(expires), 'processed_at', fmt(now))
-  redis.call('ZADD', K_ACTIVE, expires, id)
-  counts_add(queue, 'waiting', -1)
-  counts_add(queue, 'active', 1)
-  return { 'claimed', id, redis.call('HGETALL', jk) }
+    local id = string.sub(best_member, 17)
+    local jk = k_job(id)
+    redis.call('ZREM', best_key, best_member)
+    local f = redis.call('HMGET', jk, 'state', 'queue', 'name', 'seq')
+    local row = is_row(f[1], f[2], f[3], f[4])
+    if row and f[1] == 'waiting' and waiting_member(f[4], id) == best_member then
+      local expires = now + lock_ms
+      redis.call('HSET', jk, 'state', 'active', 'lock_token', token,
+        'lock_expires_at', fmt(expires), 'processed_at', fmt(now))
+      redis.call('ZADD', K_ACTIVE, expires, id)
+      counts_add(queue, 'waiting', -1)
+      counts_add(queue, 'active', 1)
+      return { 'claimed', id, redis.call('HGETALL', jk) }
+    end
+    -- A dangling member: its hash is gone (take back its counter), or it is
+    -- a stale member of a row counted elsewhere (another state or seq).
+    if not row then uncount(queue, 'waiting') end
+  end
+  return { 'again', '' }
+end
+
+-- Ack of a job whose row is gone: a dangling active member is dropped.
+local function ack_missing(id)
+  drop_active_orphan(id)
+  return { 'notfound' }
 end
 
 -- Per-job-name run aggregates, written at ack time (the dashboard's metrics
@@ -115,7 +155,7 @@ end
 -- Returns {'ok', queue}, {'notfound'} or {'locklost'}.
 local function ack_job(now, id, token, outcome, exit_json, retry_delay)
   local j = snapshot(id)
-  if not j then return { 'notfound' } end
+  if not j then return ack_missing(id) end
   if j.state ~= 'active' or j.lock_token ~= token then return { 'locklost' } end
 
   local jk = k_job(id)

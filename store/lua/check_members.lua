@@ -1,0 +1,91 @@
+-- check_members: mqcheck over one page of members of one of the store's sets.
+--
+-- KEYS[1]  the store's hash tag
+-- ARGV[1]  '1' to repair, '0' to report only
+-- ARGV[2]  set kind: 'all' | 'active' | 'keepage' | 'delayed' (ARGV[3] queue) |
+--          'waiting' (ARGV[3] queue, ARGV[4] name) | 'finished' (ARGV[3] state) |
+--          'terminal' (ARGV[3] state, ARGV[4] name) | 'byname' (ARGV[3] name) |
+--          'byqueue' (ARGV[3] queue)
+-- ARGV[5..]  members (at most 500; members gone from the set by now are skipped)
+--
+-- Reply: {problems, counters}.  problems: flat (kind, id, detail) triples:
+--   dangling_member   the member's job hash is gone (repair: removed, with the
+--                     counter of the state the set stands for)
+--   wrong_set_member  the job is in another state, queue or name than the set
+--                     stands for (repair: removed; the row is counted elsewhere)
+--   stray_lock        an active-set entry (a lock) of a job that is not active
+--                     (repair: removed)
+-- counters: the counter fields the repair decremented (mqcheck's bookkeeping).
+-- Remnant hashes (identifying fields lost) are check_jobs' to report.
+local repair = ARGV[1] == '1'
+local kind, a, b = ARGV[2], ARGV[3], ARGV[4]
+local key
+if kind == 'all' then key = K_ALL
+elseif kind == 'active' then key = K_ACTIVE
+elseif kind == 'keepage' then key = K_KEEPAGE
+elseif kind == 'delayed' then key = k_delayed(a)
+elseif kind == 'waiting' then key = k_waiting(a, b)
+elseif kind == 'finished' then key = k_finished(a)
+elseif kind == 'terminal' then key = k_terminal(b, a)
+elseif kind == 'byname' then key = k_byname(a)
+elseif kind == 'byqueue' then key = k_byqueue(a)
+else return redis.error_reply('check_members: unknown set kind ' .. kind) end
+
+local out, counters = {}, {}
+local function report(problem, id, detail)
+  out[#out + 1] = problem
+  out[#out + 1] = id
+  out[#out + 1] = detail
+end
+
+-- The counter a dangling member of this set held (nil: the set holds none).
+local function uncount_for(id)
+  local field
+  if kind == 'waiting' then field = uncount(a, 'waiting')
+  elseif kind == 'delayed' then field = uncount(a, 'delayed')
+  elseif kind == 'active' or kind == 'finished' then
+    local queue = orphan_queue(id)
+    if queue then field = uncount(queue, kind == 'active' and 'active' or a) end
+  end
+  if field then counters[#counters + 1] = field end
+end
+
+for i = 5, #ARGV do
+  local member = ARGV[i]
+  if redis.call('ZSCORE', key, member) then
+    local id = member
+    if kind == 'waiting' then id = string.sub(member, 17) end
+    local f = redis.call('HMGET', k_job(id), 'state', 'queue', 'name', 'seq')
+    local state, queue, name, seq = f[1], f[2], f[3], f[4]
+    if not is_row(state, queue, name, seq) then
+      if redis.call('EXISTS', k_job(id)) == 0 then
+        report('dangling_member', id, kind)
+        if repair then
+          redis.call('ZREM', key, member)
+          uncount_for(id)
+        end
+      end
+    else
+      local fits
+      if kind == 'all' then fits = true
+      elseif kind == 'active' then fits = state == 'active'
+      elseif kind == 'keepage' then fits = is_terminal(state)
+      elseif kind == 'delayed' then fits = state == 'delayed' and queue == a
+      elseif kind == 'waiting' then
+        fits = state == 'waiting' and queue == a and name == b and waiting_member(seq, id) == member
+      elseif kind == 'finished' then fits = state == a
+      elseif kind == 'terminal' then fits = state == a and name == b
+      elseif kind == 'byname' then fits = name == a
+      else fits = queue == a end
+      if not fits then
+        if kind == 'active' then
+          report('stray_lock', id, state)
+        else
+          report('wrong_set_member', id, kind .. ' (job is ' .. state .. ')')
+        end
+        if repair then redis.call('ZREM', key, member) end
+      end
+    end
+  end
+end
+return { out, counters }
