@@ -370,7 +370,7 @@ def _record(job_id: str, h: Mapping[str, str]) -> JobRecord:
         state=h.get("state") or "waiting",
         priority=_number(h.get("priority") or "0"),
         attempts_max=int(h.get("attempts_max") or 1),
-        attempts_made=int(h.get("attempts_made") or 0),
+        attempts_made=int(h.get("am") or 0),
         stalled_count=int(h.get("stalled_count") or 0),
         backoff=BackoffPolicy.coerce(_loads(backoff)) if backoff else None,
         keep=KeepPolicy.coerce(_loads(keep)) if keep else None,
@@ -382,8 +382,8 @@ def _record(job_id: str, h: Mapping[str, str]) -> JobRecord:
         flow=flow,
         run_at=int(h.get("run_at") or h.get("enqueued_at") or 0),
         enqueued_at=int(h.get("enqueued_at") or 0),
-        processed_at=_int_or_none(h.get("processed_at")),
-        finished_at=_int_or_none(h.get("finished_at")),
+        processed_at=_int_or_none(h.get("pa")),
+        finished_at=_int_or_none(h.get("fa")),
         exit=decode_exit(h.get("exit")),
         failed_reason=h.get("failed_reason") or None,
     )
@@ -427,7 +427,7 @@ def _tolerant_record(job_id: str, h: Mapping[str, str]) -> JobRecord:
         state=str(state),
         priority=tolerant(_number, h.get("priority"), 0),
         attempts_max=tolerant(int, h.get("attempts_max"), 1),
-        attempts_made=tolerant(int, h.get("attempts_made"), 0),
+        attempts_made=tolerant(int, h.get("am"), 0),
         stalled_count=tolerant(int, h.get("stalled_count"), 0),
         backoff=tolerant(lambda t: BackoffPolicy.coerce(_loads(t)), h.get("backoff"), None),
         keep=tolerant(lambda t: KeepPolicy.coerce(_loads(t)), h.get("keep"), None),
@@ -439,8 +439,8 @@ def _tolerant_record(job_id: str, h: Mapping[str, str]) -> JobRecord:
         flow=flow,
         run_at=tolerant(int, h.get("run_at") or h.get("enqueued_at"), 0),
         enqueued_at=tolerant(int, h.get("enqueued_at"), 0),
-        processed_at=tolerant(int, h.get("processed_at"), None),
-        finished_at=tolerant(int, h.get("finished_at"), None),
+        processed_at=tolerant(int, h.get("pa"), None),
+        finished_at=tolerant(int, h.get("fa"), None),
         exit=tolerant(decode_exit, h.get("exit"), MISSING),
         failed_reason=h.get("failed_reason") or None,
     )
@@ -470,8 +470,8 @@ def folded_attempt(attempt: int, h: Mapping[str, str]) -> AttemptRecord:
     h = join_pieces(h)
     return AttemptRecord(
         attempt=attempt,
-        started_at=tolerant(int, h.get("processed_at"), None),
-        finished_at=tolerant(int, h.get("finished_at"), 0),
+        started_at=tolerant(int, h.get("pa"), None),
+        finished_at=tolerant(int, h.get("fa"), 0),
         outcome=str(h.get("state") or "unknown"),
         exit=tolerant(decode_exit, h.get("exit"), MISSING),
     )

@@ -12,7 +12,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from store import RedisJobStore
-from store.layout import LAYOUT, layout_key
+from store.layout import LAYOUT, UnknownLayoutError, layout_key
 from tests.store.helpers import req
 from tests.store.test_layout import PAYLOAD_72, compact, to_layout_1
 
@@ -20,7 +20,10 @@ ROWS = 1200
 
 
 @pytest.fixture
-def layout_1(settings: Any, redis_url: str, prefix: str, make_store, redis_client) -> RedisJobStore:
+def layout_1(
+    settings: Any, redis_url: str, prefix: str, make_store, redis_client
+) -> tuple[RedisJobStore, dict[str, Any]]:
+    """A layout-1 store of ROWS jobs (store name "old") and its records before conversion."""
     settings.MQ_REDIS_URL = redis_url
     settings.MQ_STORES = {
         "default": {"prefix": f"{prefix}-unused-default"},
@@ -31,8 +34,9 @@ def layout_1(settings: Any, redis_url: str, prefix: str, make_store, redis_clien
         store.enqueue_many(
             [req(payload={**PAYLOAD_72, "i": i}) for i in range(start, min(ROWS, start + 500))]
         )
+    before = records(store)
     assert to_layout_1(redis_client, store) == ROWS
-    return store
+    return store, before
 
 
 def records(store: RedisJobStore) -> dict[str, Any]:
@@ -53,33 +57,38 @@ def run(*args: str) -> tuple[str, str]:
 
 
 def test_migrate_store_converts_every_hash_with_a_progress_bar(layout_1, make_store, redis_client):
-    before = records(make_store())
+    old, before = layout_1
     assert len(before) == ROWS
-    sample = layout_1.keys.job(next(iter(before)))
+    sample = old.keys.job(next(iter(before)))
     assert redis_client.object("encoding", sample) == "hashtable"
-    assert redis_client.get(layout_key(layout_1)) == "1"
+    assert redis_client.get(layout_key(old.keys)) is None
     out, _ = run("--store", "old")
     assert "[##############################] 100%" in out
     assert f"{ROWS:,}/{ROWS:,} jobs" in out
     assert f"scanned {ROWS:,} jobs, rewrote {ROWS:,} hashes" in out
     assert f"layout 1 -> {LAYOUT}" in out
-    assert redis_client.get(layout_key(layout_1)) == str(LAYOUT)
-    assert all(compact(redis_client, layout_1.keys.job(job_id)) for job_id in before)
+    assert redis_client.get(layout_key(old.keys)) == str(LAYOUT)
+    assert all(compact(redis_client, old.keys.job(job_id)) for job_id in before)
     assert records(make_store()) == before
     # Again: nothing left to do.
     out, _ = run("--store", "old")
     assert "rewrote 0 hashes" in out
 
 
-def test_migrate_store_refuses_a_bad_batch(layout_1):
+def test_migrate_store_refuses_a_bad_batch(layout_1):  # noqa: ARG001 (settings)
     with pytest.raises(CommandError, match="--batch must be between 1 and 500"):
         run("--store", "old", "--batch", "501")
     with pytest.raises(CommandError, match="--batch must be between 1 and 500"):
         run("--store", "old", "--batch", "0")
 
 
+def test_a_layout_1_store_refuses_to_start_and_names_this_command(layout_1, make_store):
+    with pytest.raises(UnknownLayoutError, match="layout 1.*migrate_store"):
+        make_store()
+
+
 def test_migrate_store_names_itself_for_an_unknown_layout(layout_1, redis_client):
-    redis_client.set(layout_key(layout_1), "5")
+    redis_client.set(layout_key(layout_1[0].keys), "5")
     with pytest.raises(CommandError, match="layout 5.*migrate_store"):
         run("--store", "old")
 
@@ -87,7 +96,7 @@ def test_migrate_store_names_itself_for_an_unknown_layout(layout_1, redis_client
 def test_migrate_store_stops_cleanly_on_sigint(layout_1, make_store, redis_client, monkeypatch):
     from mqadmin.management.commands import migrate_store
 
-    before = records(make_store())
+    old, before = layout_1
     sent: list[int] = []
     original = migrate_store.ProgressLine.report
 
@@ -106,11 +115,10 @@ def test_migrate_store_stops_cleanly_on_sigint(layout_1, make_store, redis_clien
     assert "run the command again" in str(stopped.value)
     assert "SIGINT: stopping after the current batch" in err.getvalue()
     assert signal.getsignal(signal.SIGINT) is previous
-    assert redis_client.get(layout_key(layout_1)) == "1"
-    converted = sum(compact(redis_client, layout_1.keys.job(job_id)) for job_id in before)
+    assert redis_client.get(layout_key(old.keys)) is None
+    converted = sum(compact(redis_client, old.keys.job(job_id)) for job_id in before)
     assert 0 < converted < ROWS
-    assert records(make_store()) == before
     out_text, _ = run("--store", "old")
     assert f"rewrote {ROWS - converted:,} hashes" in out_text
-    assert redis_client.get(layout_key(layout_1)) == str(LAYOUT)
+    assert redis_client.get(layout_key(old.keys)) == str(LAYOUT)
     assert records(make_store()) == before

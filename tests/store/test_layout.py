@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from bench.common import payload
-from store import MISSING, Complete, EnqueueRequest, Fail, ParentEnvelope, RedisJobStore, Retry
+from store import MISSING, Complete, Fail, ParentEnvelope, RedisJobStore, Retry
 from store.codec import LONG_FIELDS, PIECE_CODES, join_pieces
 from store.layout import LAYOUT, UnknownLayoutError, layout_key, migrate, read_layout
 from tests.store.helpers import claim_id, req
@@ -180,7 +180,7 @@ def test_a_long_dedupe_key_is_released_on_completion(store):
 
 def test_a_new_store_is_stamped_with_the_current_layout(store, redis_client):
     assert store.layout == LAYOUT
-    assert redis_client.get(layout_key(store)) == str(LAYOUT)
+    assert redis_client.get(layout_key(store.keys)) == str(LAYOUT)
 
 
 def test_a_store_with_an_unknown_layout_refuses_to_start(make_store, redis_client, prefix):
@@ -194,19 +194,38 @@ def test_a_store_with_an_unknown_layout_refuses_to_start(make_store, redis_clien
 
 # ----------------------------------------------------------------------------- layout 1
 
+#: Layout 2's short names of the fields layout 1 spelled out.
+LONG_NAMES = {"pa": "processed_at", "fa": "finished_at", "am": "attempts_made"}
+
 
 def to_layout_1(client: Any, store: RedisJobStore) -> int:
-    """Rewrite every job hash of ``store`` in the layout-1 format; drop the marker."""
+    """Rewrite every job of ``store`` in the layout-1 format, as the version before the
+    marker wrote it: one field per value, long field names, run_at always present, every
+    ledger entry in the ledger list; the marker deleted."""
     rewritten = 0
     for job_id in client.zrange(store.keys.all, 0, -1):
         key = store.keys.job(job_id)
-        h = join_pieces(client.hgetall(key))
+        h = dict(join_pieces(client.hgetall(key)))
+        ledger = store.get_attempts(job_id)
+        if h.pop("lf", None) == "1":
+            last = ledger[-1]
+            doc = (
+                f'{{"attempt":{last.attempt},"started_at":'
+                f"{'null' if last.started_at is None else last.started_at},"
+                f'"finished_at":{last.finished_at},"outcome":"{last.outcome}"'
+            )
+            if "exit" in h:
+                doc += ',"exit":' + h["exit"]
+            client.rpush(store.keys.attempts(job_id), doc + "}")
+        old = {LONG_NAMES.get(k, k): v for k, v in h.items()}
+        old.setdefault("run_at", old["enqueued_at"])
         pipe = client.pipeline(transaction=True)
         pipe.delete(key)
-        pipe.hset(key, mapping=dict(h))
+        pipe.hset(key, mapping=old)
         pipe.execute()
+        assert store.get_attempts(job_id) == ledger
         rewritten += 1
-    client.delete(layout_key(store))
+    client.delete(layout_key(store.keys))
     return rewritten
 
 
@@ -220,14 +239,16 @@ def fill(store: RedisJobStore) -> dict[str, str]:
     ids["completed"] = store.enqueue(req(payload=PAYLOAD_72, metadata=meta)).id
     ids["active"] = store.enqueue(req(payload=PAYLOAD_72)).id
     ids["retried"] = store.enqueue(req(payload=PAYLOAD_72, attempts_max=3)).id
+    ids["short"] = store.enqueue(req(payload={"n": 1})).id
     names = ["TestJob"]
     # Claimed in FIFO order, then each settled its own way.
-    for role in ("waiting", "failed", "completed", "active", "retried"):
+    for role in ("waiting", "failed", "completed", "active", "retried", "short"):
         job = store.claim(queue="default", names=names, token=f"t-{role}", lock_duration_ms=60_000)
         assert job.job.id == ids[role]
     store.ack(ids["failed"], "t-failed", Fail({"traceback": TRACEBACK}))
     store.ack(ids["completed"], "t-completed", Complete({"rows": "r" * 100}))
     store.ack(ids["retried"], "t-retried", Retry(0, {"why": "w" * 90}))
+    store.ack(ids["short"], "t-short", Complete(None))
     # Put the first back in line, so a waiting job with a long payload remains.
     store.release(ids["waiting"], "t-waiting")
     return ids
@@ -245,94 +266,87 @@ def old_layout(make_store, redis_client) -> tuple[dict[str, str], dict[str, Any]
     ids = fill(writer)
     before = snapshot(writer, ids)
     assert to_layout_1(redis_client, writer) == len(ids)
-    assert encoding(redis_client, writer.keys.job(ids["failed"])) == "hashtable"
-    assert not any(is_piece(f) for f in redis_client.hkeys(writer.keys.job(ids["failed"])))
+    failed = writer.keys.job(ids["failed"])
+    assert encoding(redis_client, failed) == "hashtable"
+    assert not any(is_piece(f) for f in redis_client.hkeys(failed))
+    assert "finished_at" in redis_client.hkeys(failed)
+    assert redis_client.llen(writer.keys.attempts(ids["short"])) == 1
     return ids, before, writer
 
 
-def test_a_layout_1_store_is_served_without_loss(old_layout, make_store, redis_client):
+def test_a_layout_1_store_refuses_to_start_and_names_the_command(
+    old_layout, make_store, redis_client, prefix
+):
+    assert read_layout(redis_client, prefix) == 1
+    with pytest.raises(UnknownLayoutError, match=r"layout 1.*`python manage.py migrate_store`"):
+        make_store()
+    # Nothing was written: still no marker, every hash as it was.
+    assert redis_client.get(f"{{{prefix}}}:layout") is None
+
+
+def test_migrate_converts_a_layout_1_store_without_loss(
+    old_layout, make_store, redis_client, prefix
+):
     ids, before, _writer = old_layout
+    pages: list[int] = []
+    result = migrate(redis_client, prefix, progress=lambda r: pages.append(r.scanned), batch=2)
+    assert result.layout_before == 1 and result.layout_after == LAYOUT
+    assert result.scanned == len(ids)
+    assert result.rewritten == len(ids)  # long names (or run_at) in every one of them
+    assert pages[-1] == len(ids) and len(pages) >= 3
     store = make_store()
-    assert store.layout == 1
-    assert redis_client.get(layout_key(store)) == "1"
+    assert store.layout == LAYOUT
+    for job_id in ids.values():
+        h = redis_client.hgetall(store.keys.job(job_id))
+        assert compact(redis_client, store.keys.job(job_id)), job_id
+        assert not set(h) & {"processed_at", "finished_at", "attempts_made"}
     assert snapshot(store, ids) == before
-    listed = {j.id: j for j in store.list(limit=100).items}
-    assert listed == {job_id: before[role][0] for role, job_id in ids.items()}
+    assert {j.id: j for j in store.list(limit=100).items} == {
+        job_id: before[role][0] for role, job_id in ids.items()
+    }
     assert [j.id for j in store.list(metadata={"tenant": "t" * 80}).items] == [
         ids["completed"],
         ids["waiting"],
     ]
-    # Runs on: the old waiting job is claimed and completed; the old failed one retried.
+    # Idempotent: a second run finds nothing to rewrite.
+    assert migrate(redis_client, prefix).rewritten == 0
+    assert snapshot(store, ids) == before
+    # The converted jobs run on: the waiting one completes, the failed one is retried with
+    # its ledger numbering kept.
     job = store.claim(queue="default", names=["TestJob"], token="t-new", lock_duration_ms=1000)
-    assert job.job.id == ids["waiting"]
-    assert job.job.payload == PAYLOAD_72
-    assert job.job.metadata == before["waiting"][0].metadata
+    assert job.job.id == ids["waiting"] and job.job.payload == PAYLOAD_72
     store.ack(job.job.id, "t-new", Complete({"big": "b" * 200}))
     assert store.get_job(job.job.id).exit == {"big": "b" * 200}
+    ledger = store.get_attempts(job.job.id)
+    assert ledger[:-1] == before["waiting"][1]
+    assert (ledger[-1].attempt, ledger[-1].outcome) == (len(ledger), "completed")
     store.retry(ids["failed"])
-    retried = store.get_job(ids["failed"])
-    assert retried.state == "waiting" and retried.exit is not None
-    assert retried.payload == PAYLOAD_72
-    assert [a.outcome for a in store.get_attempts(ids["failed"])] == ["failed"]
+    assert store.get_job(ids["failed"]).state == "waiting"
+    assert store.get_attempts(ids["failed"]) == before["failed"][1]
 
 
-def test_migrate_converts_a_layout_1_store_without_loss(old_layout, make_store, redis_client):
-    ids, before, _writer = old_layout
-    store = make_store()
-    assert read_layout(store) == 1
-    pages: list[int] = []
-    result = migrate(store, progress=lambda r: pages.append(r.scanned), batch=2)
-    assert result.layout_before == 1 and result.layout_after == LAYOUT
-    assert result.scanned == len(ids)
-    # waiting/active/retried (72-byte payload), delayed, failed, completed: all were tables.
-    assert result.rewritten == len(ids)
-    assert pages[-1] == len(ids)
-    assert redis_client.get(layout_key(store)) == str(LAYOUT)
-    for job_id in ids.values():
-        assert compact(redis_client, store.keys.job(job_id)), job_id
-    assert snapshot(store, ids) == before
-    # Idempotent: a second run finds nothing to rewrite.
-    assert migrate(store).rewritten == 0
-    assert snapshot(store, ids) == before
-    assert make_store().layout == LAYOUT
-
-
-def test_migrate_keeps_the_ttl_of_a_hash(make_store, redis_client):
+def test_migrate_keeps_the_ttl_of_a_hash(make_store, redis_client, prefix):
     store = make_store()
     job_id = store.enqueue(req(payload=PAYLOAD_72)).id
     to_layout_1(redis_client, store)
     redis_client.pexpire(store.keys.job(job_id), 500_000)
-    migrate(make_store())
+    migrate(redis_client, prefix)
     ttl = redis_client.pttl(store.keys.job(job_id))
     assert 400_000 < ttl <= 500_000
     assert compact(redis_client, store.keys.job(job_id))
 
 
-def test_migrate_refuses_an_unknown_layout(store, redis_client):
-    redis_client.set(layout_key(store), "7")
+def test_migrate_refuses_an_unknown_layout(store, redis_client, prefix):
+    redis_client.set(layout_key(store.keys), "7")
     with pytest.raises(UnknownLayoutError, match="migrate_store"):
-        migrate(store)
-    assert redis_client.get(layout_key(store)) == "7"
+        migrate(redis_client, prefix)
+    assert redis_client.get(layout_key(store.keys)) == "7"
 
 
-def test_an_enqueue_request_with_every_long_option_round_trips(store, redis_client):
-    request = EnqueueRequest(
-        name="TestJob",
-        queue="default",
-        payload={"p": "v" * 500},
-        metadata={"m": "w" * 100},
-        backoff={"kind": "exponential", "delay_ms": 10},
-        keep={"completed": {"count": 5, "age_ms": 1000}, "failed": {"count": 7}},
-        trace={"trace_id": "a" * 32, "span_id": "b" * 16, "sampled": True},
-        dedupe={"key": "k" * 90},
-    )
-    job_id = store.enqueue(request).id
-    job = store.get_job(job_id)
-    assert job.payload == {"p": "v" * 500} and job.metadata == {"m": "w" * 100}
-    assert job.keep is not None and job.keep.for_state("failed").count == 7
-    assert job.trace is not None and job.trace.trace_id == "a" * 32 and job.trace.sampled
-    assert job.dedupe_key == "k" * 90
-    assert compact(redis_client, store.keys.job(job_id))
+def test_migrate_of_an_empty_store_stamps_the_marker(redis_client, prefix):
+    assert read_layout(redis_client, prefix) is None
+    result = migrate(redis_client, prefix)
+    assert (result.scanned, result.layout_after) == (0, LAYOUT)
 
 
 # ------------------------------------------------------------------ the folded ledger entry

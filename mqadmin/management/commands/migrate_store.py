@@ -12,14 +12,13 @@ import signal
 import time
 from typing import Any
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from mqadmin.management.commands.reclaim_indexes import (
     SIGNAL_EXIT,
     ProgressLine,
     StopFlag,
-    close_store,
-    open_store,
     store_entry,
 )
 
@@ -47,20 +46,30 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        from store import InvalidRequestError, StoreFailure
+        from mqadmin.services import new_client
+        from store import InvalidRequestError, StoreDefect, StoreFailure
+        from store.keys import StoreKeys
         from store.layout import BATCH, LAYOUT, migrate
+        from store.redis_store import redis_errors
 
         name: str = options["store"]
         batch: int = options["batch"]
         if not 1 <= batch <= BATCH:
             raise CommandError(f"--batch must be between 1 and {BATCH}, got {batch}")
-        prefix = str(store_entry(name)["prefix"])
-        job_store = open_store(name)
+        entry = store_entry(name)
+        prefix = str(entry["prefix"])
+        # Not a RedisJobStore: a store of an older layout refuses to start until converted.
+        try:
+            keys = StoreKeys(prefix)
+            client = new_client(entry.get("url") or getattr(settings, "MQ_REDIS_URL", None))
+        except (StoreFailure, ValueError) as exc:
+            raise CommandError(f"store {name!r}: {exc}") from exc
         line = ProgressLine(self)
         started = time.monotonic()
         stop = StopFlag(lambda text: self.stderr.write("\n" + text))
         try:
-            total = int(job_store.client.zcard(job_store.keys.all))
+            with redis_errors("migrate_store"):
+                total = int(client.zcard(keys.all))
 
             def progress(so_far: Any, force: bool = False) -> None:
                 elapsed = max(time.monotonic() - started, 1e-9)
@@ -71,15 +80,16 @@ class Command(BaseCommand):
                 )
 
             with stop.installed():
-                result = migrate(job_store, progress=progress, should_stop=stop, batch=batch)
-            # Jobs added while it ran may take the count past the first ZCARD.
-            total = max(total, result.scanned)
-            progress(result, force=True)
-        except (StoreFailure, InvalidRequestError) as exc:
-            raise CommandError(f"migrate_store failed: {exc}") from exc
+                result = migrate(client, prefix, progress=progress, should_stop=stop, batch=batch)
+            if result.scanned:
+                # Jobs added while it ran may take the count past the first ZCARD.
+                total = max(total, result.scanned)
+                progress(result, force=True)
+        except (StoreFailure, StoreDefect, InvalidRequestError) as exc:
+            raise CommandError(f"migrate_store: store {name!r}: {exc}") from exc
         finally:
             line.done()
-            close_store(job_store)
+            client.close()
         elapsed = max(time.monotonic() - started, 1e-9)
         summary = (
             f"scanned {result.scanned:,} jobs, rewrote {result.rewritten:,} hashes of store "
@@ -89,11 +99,11 @@ class Command(BaseCommand):
             assert stop.signum is not None
             self.stdout.write(summary)
             raise CommandError(
-                f"stopped by signal before the end: the layout marker is still "
+                f"stopped by signal before the end: the store is still of layout "
                 f"{result.layout_before}; run the command again to finish",
                 returncode=SIGNAL_EXIT.get(signal.Signals(stop.signum), 1),
             )
         self.stdout.write(self.style.SUCCESS(summary))
         self.stdout.write(
-            f"layout {result.layout_before} -> {result.layout_after} (current: {LAYOUT})"
+            f"layout {result.layout_before or 'none'} -> {result.layout_after} (current: {LAYOUT})"
         )

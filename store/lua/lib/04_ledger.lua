@@ -14,12 +14,12 @@ end
 
 -- A folded entry (layout 2): a terminal job whose hash has lf = '1' keeps
 -- its last ledger entry implicit -- attempt = entries in the ledger + 1,
--- started_at = processed_at, finished_at, outcome = state, exit = exit (see
+-- started_at = pa, finished_at = fa, outcome = state, exit = exit (see
 -- finish in 08_transitions.lua; store/redis_store.py get_attempts reads it
 -- the same way).  Whatever changes those fields writes the entry out first.
 local function unfold_attempt(id)
   local jk = k_job(id)
-  local f = redis.call('HMGET', jk, 'lf', 'state', 'processed_at', 'finished_at', 'exit')
+  local f = redis.call('HMGET', jk, 'lf', 'state', 'pa', 'fa', 'exit')
   if f[1] ~= '1' then return end
   append_attempt(id, f[2], f[3], tonumber(f[4]) or 0, get_long(jk, 'exit', f[5]))
   redis.call('HDEL', jk, 'lf')

@@ -4,7 +4,7 @@
 -- gone or is a remnant without its identifying fields (see is_row).
 local function snapshot(id)
   local f = redis.call('HMGET', k_job(id), 'state', 'queue', 'name', 'seq', 'priority',
-    'processed_at', 'cancel_requested', 'keep', 'dedupe_key', 'lock_token')
+    'pa', 'cancel_requested', 'keep', 'dedupe_key', 'lock_token')
   if not is_row(f[1], f[2], f[3], f[4]) then return nil end
   local jk = k_job(id)
   return {
@@ -39,9 +39,9 @@ local function finish(id, j, to_state, opts, now)
   local stored_exit = opts.store_exit and opts.exit_json or nil
   local folded = label == to_state and opts.ledger_exit == stored_exit
   if folded then
-    redis.call('HSET', jk, 'state', to_state, 'finished_at', fmt(now), 'lf', '1')
+    redis.call('HSET', jk, 'state', to_state, 'fa', fmt(now), 'lf', '1')
   else
-    redis.call('HSET', jk, 'state', to_state, 'finished_at', fmt(now))
+    redis.call('HSET', jk, 'state', to_state, 'fa', fmt(now))
   end
   redis.call('HDEL', jk, 'cancel_requested', 'lock_token', 'lock_expires_at')
   if stored_exit then set_long(jk, 'exit', stored_exit) end
