@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from mqadmin import cadence, services
@@ -27,12 +27,40 @@ logger = logging.getLogger(__name__)
 
 STATES = services.STATES
 TERMINAL = ("completed", "failed", "cancelled")
-ORDER_FIELDS = ("enqueued_at", "run_at", "finished_at")
+ORDER_FIELDS = ("enqueued_at", "run_at", "finished_at", "position")
 ORDER_LABELS = {
     "enqueued_at": "enqueued time",
     "run_at": "run time",
     "finished_at": "finished time",
+    "position": "queue position",
 }
+#: The explorer's order choices: "auto" picks the order the ticked states are kept in.
+ORDER_CHOICES = {"auto": "automatic (the states' own order)", **ORDER_LABELS}
+#: Which states each order other than enqueued time can list (the store keeps them so).
+ORDER_STATES = {
+    "finished_at": ("completed", "failed", "cancelled"),
+    "run_at": ("delayed",),
+    "position": ("waiting", "active"),
+}
+
+
+def auto_order(states: tuple[str, ...] | None) -> str:
+    """The order whose sorted sets hold exactly ``states`` (enqueued time when none does).
+
+    Terminal states are kept by finished time, delayed by run time, waiting in claim
+    order and active by lock expiry ("queue position" for both); a listing in that
+    order reads only rows of those states, so its pages are exact at any size.
+    """
+    if not states:
+        return "enqueued_at"
+    if all(s in TERMINAL for s in states):
+        return "finished_at"
+    if states == ("delayed",):
+        return "run_at"
+    if states in (("waiting",), ("active",)):
+        return "position"
+    return "enqueued_at"
+
 
 #: Rows one list call may examine (the store's default budget).
 SCAN_BUDGET = 2000
@@ -246,6 +274,13 @@ class JobQuery:
     limit: int = 50
     cursor: str | None = None
     before: str | None = None
+    #: The order was chosen automatically from the states (permalinks leave it out).
+    order_auto: bool = False
+
+    @property
+    def by_state(self) -> bool:
+        """Served from the states' own sorted sets (``list_by_state``), not from an index."""
+        return self.order_by != "enqueued_at"
 
     @property
     def shows_finished(self) -> bool:
@@ -297,6 +332,22 @@ class QueryPlan:
 
 def _route_words(route: str, states: tuple[str, ...] | None) -> str:
     kind, _, rest = route.partition(":")
+    if route == "active":
+        return "the active set (every running job, by lock expiry)"
+    if kind == "waiting":
+        queue, _, name = rest.partition("/")
+        where = "every queue" if queue == "<every queue>" else f"queue “{queue}”"
+        which = "" if name == "<every name>" else f" for “{name}”"
+        return f"the waiting sets of {where}{which} (claim order: priority, then arrival)"
+    if route == "delayed:<every queue>":
+        return "the delayed sets of every queue (scored by run time)"
+    if kind == "terminal" and "<names of " in rest:
+        queue = rest.split("<names of ", 1)[1].rstrip(">")
+        return (
+            f"the finished-time sets of every job name of queue “{queue}” ("
+            + ", ".join(states or ())
+            + ")"
+        )
     if route == "all":
         return "the all-jobs index (every job, scored by enqueued time)"
     if kind == "byname":
@@ -316,22 +367,34 @@ def _route_words(route: str, states: tuple[str, ...] | None) -> str:
 def plan_query(job_store: Any, query: JobQuery) -> QueryPlan:
     """Route ``query`` like the store will (raises :class:`QueryRefused` when it cannot)."""
     from store.errors import InvalidRequestError, ListIndexDisabledError, ListOrderUnsupportedError
-    from store.listing import plan_list_query
+    from store.listing import plan_list_query, plan_state_query
 
     kwargs = query.list_kwargs()
     try:
-        plan = plan_list_query(
-            job_store.keys,
-            job_store.indexes,
-            kwargs["queue"],
-            kwargs["name"],
-            kwargs["states"],
-            kwargs["metadata"],
-            query.order_by,
-            query.order,
-        )
+        if query.by_state:
+            _check_order_states(query)
+            plan = plan_state_query(
+                job_store.keys,
+                kwargs["states"] or [],
+                kwargs["queue"],
+                kwargs["name"],
+                kwargs["metadata"],
+                query.order,
+                job_store._queue_names(),
+            )
+        else:
+            plan = plan_list_query(
+                job_store.keys,
+                job_store.indexes,
+                kwargs["queue"],
+                kwargs["name"],
+                kwargs["states"],
+                kwargs["metadata"],
+                query.order_by,
+                query.order,
+            )
     except ListOrderUnsupportedError as exc:
-        raise QueryRefused(order_refusal(query), "order_by") from exc
+        raise QueryRefused(order_refusal(query, exc.message), "order_by") from exc
     except ListIndexDisabledError as exc:
         raise QueryRefused(
             index_refusal(query, exc.index), "name" if exc.index == "name" else "queue"
@@ -346,16 +409,41 @@ def plan_query(job_store: Any, query: JobQuery) -> QueryPlan:
     )
 
 
-def order_refusal(query: JobQuery) -> str:
+def _check_order_states(query: JobQuery) -> None:
+    """Refuse a state order with states its sets do not hold (before any store call)."""
+    from store.errors import ListOrderUnsupportedError
+
+    allowed = ORDER_STATES[query.order_by]
+    states = query.states or ()
+    ok = bool(states) and all(s in allowed for s in states)
+    if query.order_by == "position":
+        ok = states in (("waiting",), ("active",))
+    if not ok:
+        raise ListOrderUnsupportedError(query.order_by, "states outside the order's sets")
+
+
+def order_refusal(query: JobQuery, detail: str = "") -> str:
+    if "more than" in detail:
+        return (
+            f"Listing {', '.join(query.states or ())} jobs in their own order here would merge "
+            f"too many sorted sets ({detail.split('(', 1)[-1].split(')')[0]}): pick a queue or "
+            "a job name, or order by enqueued time."
+        )
     if query.order_by == "finished_at":
         return (
             "Ordering by finished time needs states made only of completed, failed and "
             "cancelled (it reads the finished-time sets): tick only terminal states, or "
             "order by enqueued time."
         )
+    if query.order_by == "position":
+        return (
+            "Ordering by queue position needs only “waiting” or only “active” ticked (it reads "
+            "the waiting sets in claim order, or the active set by lock expiry), or order by "
+            "enqueued time."
+        )
     return (
-        "Ordering by run time needs one queue and the state “delayed” alone (it reads that "
-        "queue's delayed set): pick a queue and tick only delayed, or order by enqueued time."
+        "Ordering by run time needs the state “delayed” alone (it reads the delayed sets): "
+        "tick only delayed, or order by enqueued time."
     )
 
 
@@ -409,71 +497,93 @@ def explore(query: JobQuery) -> ExplorerPage:
     exact mirror images of each other (store contract §4.10), so "previous" is
     exact however far one has paged, with no stack of cursors in the URL.
     """
-    from store.errors import InvalidRequestError, ListIndexDisabledError, ListOrderUnsupportedError
-
     job_store = open_store(query.store)
-    plan = plan_query(job_store, query)
-    kwargs = query.list_kwargs()
+    try:
+        plan = plan_query(job_store, query)
+    except QueryRefused:
+        if not (query.order_auto and query.by_state):
+            raise
+        # Too many sets to merge for the automatic order: enqueued time still serves it.
+        return explore(replace(query, order_by="enqueued_at"))
     with reaching(query.store):
-        try:
-            if query.before:
-                result = job_store.list(
-                    **kwargs,
-                    order=query.reversed_order,
-                    cursor=query.before,
-                    limit=query.limit,
-                    scan_budget=SCAN_BUDGET,
-                )
-            else:
-                result = job_store.list(
-                    **kwargs,
-                    order=query.order,
-                    cursor=query.cursor,
-                    limit=query.limit,
-                    scan_budget=SCAN_BUDGET,
-                )
-        except ListOrderUnsupportedError as exc:
-            raise QueryRefused(order_refusal(query), "order_by") from exc
-        except ListIndexDisabledError as exc:
-            raise QueryRefused(index_refusal(query, exc.index)) from exc
-        except InvalidRequestError as exc:
-            raise QueryRefused(str(exc), "cursor") from exc
+        if query.before:
+            result = fetch_page(job_store, query, query.reversed_order, query.before, query.limit)
+        else:
+            result = fetch_page(job_store, query, query.order, query.cursor, query.limit)
         total = _counter_total(job_store, query)
     if query.before and not result.items and not result.truncated:
         # Nothing lies before that row any more (rows were removed): the first page.
-        return explore(JobQuery(**{**query.__dict__, "before": None, "cursor": None}))
+        return explore(replace(query, before=None, cursor=None))
+    cursors = list(getattr(result, "item_cursors", ()) or ())
+    if not cursors:
+        cursors = [_row_cursor(item, query.order_by) for item in result.items]
     if query.before:
         items = list(reversed(result.items))
+        cursors.reverse()
         more_before = result.cursor is not None and not result.truncated
-        page = ExplorerPage(
+        return ExplorerPage(
             query=query,
             plan=plan,
             items=items,
-            next_cursor=_row_cursor(items[-1], query.order_by) if items else query.before,
-            previous_before=_row_cursor(items[0], query.order_by)
-            if items and more_before
-            else None,
+            next_cursor=cursors[-1] if items else query.before,
+            previous_before=cursors[0] if items and more_before else None,
             truncated=result.truncated,
             scanned=result.scanned,
             backward_continue=result.cursor if result.truncated else None,
             total=total,
             first_page=not more_before and not result.truncated,
         )
-        return page
     first = query.cursor is None
     return ExplorerPage(
         query=query,
         plan=plan,
         items=result.items,
         next_cursor=result.cursor,
-        previous_before=(
-            _row_cursor(result.items[0], query.order_by) if result.items and not first else None
-        ),
+        previous_before=cursors[0] if result.items and not first else None,
         truncated=result.truncated,
         scanned=result.scanned,
         total=total,
         first_page=first,
     )
+
+
+def fetch_page(
+    job_store: Any,
+    query: JobQuery,
+    order: str,
+    cursor: str | None,
+    limit: int,
+    scan_budget: int = SCAN_BUDGET,
+) -> Any:
+    """One store page of ``query``: ``list_by_state`` for a state order, else ``list``.
+
+    Store refusals become :class:`QueryRefused` with the explorer's explanation.
+    """
+    from store.errors import InvalidRequestError, ListIndexDisabledError, ListOrderUnsupportedError
+
+    kwargs = query.list_kwargs()
+    try:
+        if query.by_state:
+            _check_order_states(query)
+            return job_store.list_by_state(
+                kwargs["states"] or [],
+                queue=kwargs["queue"],
+                name=kwargs["name"],
+                metadata=kwargs["metadata"],
+                order=order,
+                cursor=cursor,
+                limit=limit,
+                scan_budget=scan_budget,
+            )
+        return job_store.list(
+            **kwargs, order=order, cursor=cursor, limit=limit, scan_budget=scan_budget
+        )
+    except ListOrderUnsupportedError as exc:
+        raise QueryRefused(order_refusal(query, exc.message), "order_by") from exc
+    except ListIndexDisabledError as exc:
+        raise QueryRefused(index_refusal(query, exc.index)) from exc
+    except InvalidRequestError as exc:
+        raise QueryRefused(str(exc), "cursor") from exc
 
 
 def _counter_total(job_store: Any, query: JobQuery) -> int | None:
@@ -1220,11 +1330,8 @@ def bulk_preview(query: JobQuery) -> BulkPreview:
     """How many jobs match (exact from counters when possible, else counted up to a cap) and a sample."""
     job_store = open_store(query.store)
     plan_query(job_store, query)
-    kwargs = query.list_kwargs()
     with reaching(query.store):
-        sample_page = job_store.list(
-            **kwargs, order=query.order, limit=PREVIEW_SAMPLE, scan_budget=SCAN_BUDGET
-        )
+        sample_page = fetch_page(job_store, query, query.order, None, PREVIEW_SAMPLE)
         exact = _counter_total(job_store, query)
         if exact is not None:
             return BulkPreview(exact, False, True, sample_page.items, sample_page.scanned)
@@ -1232,13 +1339,7 @@ def bulk_preview(query: JobQuery) -> BulkPreview:
         scanned = 0
         cursor: str | None = None
         while True:
-            page = job_store.list(
-                **kwargs,
-                order=query.order,
-                cursor=cursor,
-                limit=BULK_CHUNK,
-                scan_budget=SCAN_BUDGET,
-            )
+            page = fetch_page(job_store, query, query.order, cursor, BULK_CHUNK)
             count += len(page.items)
             scanned += page.scanned
             cursor = page.cursor
@@ -1259,20 +1360,13 @@ def bulk_filter(query: JobQuery, verb: str, resume: str | None) -> BulkRun:
     """
     job_store = open_store(query.store)
     plan_query(job_store, query)
-    kwargs = query.list_kwargs()
     items: list[BulkItem] = []
     scanned = 0
     cursor = resume
     with reaching(query.store):
         while True:
             room = BULK_MAX_ITEMS - len(items)
-            page = job_store.list(
-                **kwargs,
-                order=query.order,
-                cursor=cursor,
-                limit=min(BULK_CHUNK, room),
-                scan_budget=SCAN_BUDGET,
-            )
+            page = fetch_page(job_store, query, query.order, cursor, min(BULK_CHUNK, room))
             scanned += page.scanned
             for record in page.items:
                 result = run_job_action(job_store, verb, record.id)

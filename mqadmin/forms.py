@@ -14,7 +14,7 @@ from django.core.exceptions import ValidationError
 from django.utils.http import url_has_allowed_host_and_scheme
 
 from mqadmin import services
-from mqadmin.dashboard import ORDER_FIELDS, ORDER_LABELS, STATES, JobQuery
+from mqadmin.dashboard import ORDER_CHOICES, STATES, JobQuery, auto_order
 
 #: Longest free-text value accepted (job ids, queue and job names, metadata).
 MAX_TEXT = 1000
@@ -153,9 +153,10 @@ class JobFilterForm(forms.Form):
     meta = MetadataField(required=False)
     order_by = forms.ChoiceField(
         required=False,
-        choices=[(value, ORDER_LABELS[value]) for value in ORDER_FIELDS],
+        choices=list(ORDER_CHOICES.items()),
         error_messages={
-            "invalid_choice": "“%(value)s” is not an order (use enqueued_at, run_at or finished_at)."
+            "invalid_choice": "“%(value)s” is not an order (use auto, enqueued_at, run_at, "
+            "finished_at or position)."
         },
     )
     order = forms.ChoiceField(
@@ -193,13 +194,16 @@ class JobFilterForm(forms.Form):
     def to_query(self, default_store: str) -> JobQuery:
         data = self.cleaned_data
         states = data.get("state") or None
+        state_tuple = tuple(s for s in STATES if s in states) if states else None
+        requested = data.get("order_by") or "auto"
         return JobQuery(
             store=data.get("store") or default_store,
             queue=data.get("queue") or None,
             name=data.get("name") or None,
-            states=tuple(s for s in STATES if s in states) if states else None,
+            states=state_tuple,
             metadata=data.get("meta") or {},
-            order_by=data.get("order_by") or "enqueued_at",
+            order_by=auto_order(state_tuple) if requested == "auto" else requested,
+            order_auto=requested == "auto",
             order=data.get("order") or "desc",
             limit=data.get("limit") or DEFAULT_LIMIT,
             cursor=data.get("cursor"),
@@ -218,7 +222,7 @@ def query_string(query: JobQuery, **overrides: Any) -> str:
         "name": query.name,
         "state": list(query.states) if query.states else None,
         "meta": [f"{key}={value}" for key, value in query.metadata.items()] or None,
-        "order_by": query.order_by if query.order_by != "enqueued_at" else None,
+        "order_by": None if query.order_auto else query.order_by,
         "order": query.order if query.order != "desc" else None,
         "limit": query.limit if query.limit != DEFAULT_LIMIT else None,
         "cursor": query.cursor,

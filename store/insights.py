@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from store import codec
 from store.errors import JobStoreError
-from store.records import JobRecord
+from store.listing import DEFAULT_SCAN_BUDGET, parse_cursor, plan_state_query
+from store.records import JobRecord, ListResult
 
 if TYPE_CHECKING:
     from store.keys import StoreKeys
@@ -44,6 +45,17 @@ class WorkerInfo:
 
 
 @dataclass(frozen=True)
+class StateListResult(ListResult):
+    """A state listing's page: which structure served it, and each row's own cursor."""
+
+    #: ``"<order value>:<member>"`` of every item (the "previous page" links start there).
+    item_cursors: tuple[str, ...] = ()
+    route: str = ""
+    order_field: str = ""
+    residual: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class LockInfo:
     """Who holds an active job's lock and until when (both None when the job is not active)."""
 
@@ -67,6 +79,7 @@ class InsightOperations:
     keys: StoreKeys
     client: Any
     _command: Callable[..., Any]
+    _run: Callable[..., Any]
     now: Callable[[], int]
     get_job: Callable[[str], JobRecord | None]
 
@@ -134,6 +147,76 @@ class InsightOperations:
         records = [r for r in (self.get_job(job_id) for job_id in heads) if r is not None]
         return min(records, key=lambda r: (r.run_at, r.enqueued_at), default=None)
 
+    def list_by_state(
+        self,
+        states: list[str],
+        queue: str | None = None,
+        name: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+        order: str = "desc",
+        cursor: str | None = None,
+        limit: int = 50,
+        scan_budget: int = DEFAULT_SCAN_BUDGET,
+    ) -> StateListResult:
+        """One page of jobs in ``states``, read from the sets that hold exactly those states.
+
+        The order is the one the state's structure keeps (see
+        ``store.listing.plan_state_query``): finished time for terminal states, run
+        time for delayed, claim order for waiting ("asc" = next to be claimed first),
+        lock expiry for active.  Rows are checked against the filters as in ``list``
+        (a row that changed state since it was read is skipped), so a page is exact.
+        """
+        plan = plan_state_query(
+            self.keys, states, queue, name, metadata, order, self._queue_names()
+        )
+        position = parse_cursor(cursor)
+        limit = max(1, int(limit))
+        if plan.empty:
+            return StateListResult(
+                [], None, route=plan.route, order_field=plan.order_field, residual=plan.residual
+            )
+        args: list[Any] = [
+            plan.order,
+            limit,
+            max(int(scan_budget), limit + 1),
+            "1" if position else "0",
+            position[0] if position else "",
+            position[1] if position else "",
+            plan.queue,
+            plan.name,
+            plan.states,
+            len(plan.sources),
+            *plan.sources,
+            len(plan.metadata),
+        ]
+        for key, value in plan.metadata.items():
+            args.extend((key, value))
+        args.append(plan.strip)
+        reply = self._run("list", *args)
+        more, truncated, scanned = reply[0] == "1", reply[1] == "1", int(reply[2])
+        items: list[JobRecord] = []
+        cursors: list[str] = []
+        for k in range(7, len(reply), 2):
+            fields = codec.pairs_to_dict(reply[k + 1])
+            record = codec.record_from_hash(reply[k], fields)
+            items.append(record)
+            cursors.append(_state_cursor(plan.order_field, record, fields))
+        next_cursor = None
+        if truncated and reply[6]:
+            next_cursor = f"{int(float(reply[5]))}:{reply[6]}"
+        elif more:
+            next_cursor = f"{int(float(reply[3]))}:{reply[4]}"
+        return StateListResult(
+            items,
+            next_cursor,
+            truncated,
+            scanned,
+            item_cursors=tuple(cursors),
+            route=plan.route,
+            order_field=plan.order_field,
+            residual=plan.residual,
+        )
+
     def lock_info(self, job_id: str) -> LockInfo:
         """The lock token and expiry of a job (the hidden lock fields of its row)."""
         token, expires = self._command(
@@ -200,3 +283,15 @@ class InsightOperations:
             # Workers killed without a goodbye age out here.
             self._command("live_workers", "hdel", self.keys.workers, *stale[:500])
         return sorted(live, key=lambda w: w.worker_id)
+
+
+def _state_cursor(order_field: str, record: JobRecord, fields: Mapping[str, str]) -> str:
+    """The list cursor naming ``record``'s place in its state structure."""
+    if order_field == "position":
+        seq = str(fields.get("seq") or "0")
+        priority = int(float(fields.get("priority") or 0))
+        return f"{-priority}:{seq.zfill(16)}{record.id}"
+    if order_field == "lock_expires_at":
+        return f"{int(float(fields.get('lock_expires_at') or 0))}:{record.id}"
+    value = getattr(record, order_field) or 0
+    return f"{int(value)}:{record.id}"

@@ -29,7 +29,7 @@ def explorer(request: HtmxHttpRequest) -> HttpResponse:
     """
     form = forms.JobFilterForm(request.GET)
     store_name = _default_store()
-    context = {"form": form, "states": dashboard.STATES, "order_labels": dashboard.ORDER_LABELS}
+    context = {"form": form, "states": dashboard.STATES, "order_labels": dashboard.ORDER_CHOICES}
     if not form.is_valid():
         return page(
             request,

@@ -8,6 +8,8 @@
  * - "/" focuses the job id lookup box.
  * - Changing the explorer's store reloads the whole page (names, queues and headings change).
  * - "Expand flow" toggles: a second click collapses the nested flow instead of reloading it.
+ * - The explorer disables orders and states that cannot go together (an order other than
+ *   enqueued time reads only the sets of its states), before the form is submitted.
  * Everything uses event delegation, so content swapped in by htmx works without re-binding.
  */
 (function () {
@@ -81,8 +83,53 @@
     });
   }
 
+  // Orders with data-states list the only states they can serve; ticking another state
+  // disables them, and choosing one disables the other states' boxes.
+  function orderConstraints() {
+    var select = document.getElementById("f-order-by");
+    if (!select || !select.form) { return; }
+    var boxes = Array.prototype.slice.call(select.form.querySelectorAll("input[name=state]"));
+    var ticked = boxes.filter(function (b) { return b.checked; }).map(function (b) { return b.value; });
+    function fits(option) {
+      var allowed = option.getAttribute("data-states");
+      if (!allowed) { return true; }
+      var list = allowed.split(" ");
+      var ok = ticked.length > 0 && ticked.every(function (s) { return list.indexOf(s) >= 0; });
+      return option.hasAttribute("data-single-state") ? ok && ticked.length === 1 : ok;
+    }
+    Array.prototype.forEach.call(select.options, function (option) {
+      option.disabled = !fits(option) && !option.selected;
+    });
+    var chosen = select.options[select.selectedIndex];
+    var only = chosen && chosen.getAttribute("data-states");
+    var single = chosen && chosen.hasAttribute("data-single-state");
+    boxes.forEach(function (box) {
+      var blocked = false;
+      if (only) {
+        blocked = only.split(" ").indexOf(box.value) < 0;
+        if (single && ticked.length && ticked.indexOf(box.value) < 0) { blocked = true; }
+      }
+      box.disabled = blocked && !box.checked;
+      var label = box.closest("label");
+      if (label) { label.classList.toggle("disabled", box.disabled); }
+      if (box.disabled) {
+        box.setAttribute("title", "Not served with the chosen order");
+      } else {
+        box.removeAttribute("title");
+      }
+    });
+    var note = document.getElementById("order-conflict");
+    var conflict = !!chosen && !fits(chosen);
+    if (note) { note.hidden = !conflict; }
+    var apply = select.form.querySelector("button[type=submit]");
+    if (apply) { apply.disabled = !!conflict; }
+  }
+
   document.addEventListener("change", function (event) {
     var target = event.target;
+    if (target.matches && target.matches("#filters input[name=state], #f-order-by")) {
+      orderConstraints();
+    }
     if (target.matches && target.matches("input.select-all[data-select]")) {
       document.querySelectorAll(target.getAttribute("data-select")).forEach(function (box) {
         box.checked = target.checked;
@@ -111,6 +158,6 @@
     if (box) { event.preventDefault(); box.focus(); }
   });
 
-  document.addEventListener("DOMContentLoaded", function () { tick(); selectionState(); });
+  document.addEventListener("DOMContentLoaded", function () { tick(); selectionState(); orderConstraints(); });
   document.addEventListener("htmx:afterSettle", function () { tick(); selectionState(); });
 })();

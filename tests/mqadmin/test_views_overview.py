@@ -48,7 +48,7 @@ def test_counts_per_store_queue_and_state(stores: Stores, admin_client_: Client)
     assert queue_cell(html, "main", "billing", "failed") == 1
     assert queue_cell(html, "side", "parts", "waiting") == 1
     # Store totals, in the first table (cells keep the landing page's data-state markup).
-    assert re.search(r'data-state="waiting">3<', html)
+    assert re.search(r'data-state="waiting"><a class="count-link"[^>]*>3<', html)
 
 
 def test_oldest_waiting_job_of_each_queue_is_linked(stores: Stores, admin_client_: Client) -> None:
