@@ -141,6 +141,8 @@ class QueueRow:
     counts: dict[str, int]
     paused: bool
     oldest_waiting: Any | None = None
+    #: Live workers (announced within LIVE_WORKER_MS) that consume this queue.
+    workers: int = 0
 
     @property
     def count_cells(self) -> list[tuple[str, int]]:
@@ -198,6 +200,12 @@ def overview(with_chart: bool = True) -> list[StoreBoard]:
                 QueueRow(queue, by_queue.get(queue) or dict.fromkeys(STATES, 0), queue in paused)
                 for queue in sorted(set(by_queue) | set(paused))
             ]
+            served: dict[str, int] = {}
+            for worker in job_store.live_workers(max_age_ms=LIVE_WORKER_MS):
+                for queue in worker.queues:
+                    served[queue] = served.get(queue, 0) + 1
+            for row in rows:
+                row.workers = served.get(row.name, 0)
             waiting_rows = [row for row in rows if row.counts.get("waiting")]
             for row in waiting_rows[:OLDEST_WAITING_QUEUES]:
                 row.oldest_waiting = job_store.oldest_waiting(row.name)
@@ -1141,6 +1149,40 @@ def outbox_page(
         next_after=rows[-1].seq if more and rows else None,
         targets=targets,
     )
+
+
+# ---------------------------------------------------------------------- workers
+
+
+@dataclass
+class WorkerStore:
+    store: str
+    workers: list[Any] = field(default_factory=list)
+    #: Queues that hold jobs but that no live worker consumes.
+    unserved: list[str] = field(default_factory=list)
+    now: int = 0
+    error: str | None = None
+
+
+def workers_overview() -> list[WorkerStore]:
+    """Per store: the live worker processes (bounded presence records) and unserved queues."""
+    out: list[WorkerStore] = []
+    for name in services.configured_stores():
+        item = WorkerStore(store=name)
+        try:
+            job_store = open_store(name)
+            with reaching(name):
+                item.workers = job_store.live_workers(max_age_ms=LIVE_WORKER_MS)
+                queues = job_store.queue_names()
+            item.now = job_store.now()
+        except StoreUnavailable as exc:
+            item.error = exc.message
+            out.append(item)
+            continue
+        consumed = {queue for worker in item.workers for queue in worker.queues}
+        item.unserved = [queue for queue in queues if queue not in consumed]
+        out.append(item)
+    return out
 
 
 # ---------------------------------------------------------------------- indexes

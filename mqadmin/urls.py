@@ -23,6 +23,7 @@ urlpatterns = [
     path("stores/<str:store>/jobs/<path:job_id>", views.job, name="job"),
     path("stores/<str:store>/flows/<path:flow_id>", views.flow, name="flow"),
     path("outbox/", views.outbox, name="outbox"),
+    path("workers/", views.workers, name="workers"),
     path("indexes/", views.indexes, name="indexes"),
     path("schedules/", views.schedules, name="schedules"),
     path("audit/", views.audit, name="audit"),

@@ -12,7 +12,7 @@ import json
 import os
 import socket
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from store import codec
@@ -31,6 +31,23 @@ STATS_PRUNE_BATCH = 500
 THROUGHPUT_STATES = ("completed", "failed", "cancelled")
 
 
+#: Jobs in flight one presence record lists (their total count is kept as well).
+PRESENCE_MAX_IN_FLIGHT = 50
+#: Presence records one read examines (HSCAN pages of PRESENCE_PAGE).
+PRESENCE_MAX_WORKERS = 1000
+PRESENCE_PAGE = 200
+
+
+@dataclass(frozen=True)
+class InFlightJob:
+    """A job a worker is running (or holds prefetched), as its presence record lists it."""
+
+    id: str
+    queue: str
+    name: str
+    started_at: int
+
+
 @dataclass(frozen=True)
 class WorkerInfo:
     """A worker process as it last announced itself to the store."""
@@ -42,6 +59,19 @@ class WorkerInfo:
     routes: list[str]
     started_at: int
     last_seen: int
+    #: Handler slots per queue.
+    concurrency: dict[str, int] = field(default_factory=dict)
+    #: Up to PRESENCE_MAX_IN_FLIGHT running jobs; ``in_flight_count`` is the full number.
+    in_flight: list[InFlightJob] = field(default_factory=list)
+    in_flight_count: int = 0
+    #: Outcomes since the worker started (completed, failed, retried, cancelled, ...).
+    totals: dict[str, int] = field(default_factory=dict)
+    #: When the record stops counting as live (last heartbeat + its validity).
+    expires_at: int = 0
+
+    @property
+    def total_concurrency(self) -> int:
+        return sum(self.concurrency.values())
 
 
 @dataclass(frozen=True)
@@ -242,15 +272,34 @@ class InsightOperations:
         queues: Mapping[str, list[str]],
         routes: list[str],
         started_at: int,
+        concurrency: Mapping[str, int] | None = None,
+        in_flight: list[InFlightJob] | None = None,
+        totals: Mapping[str, int] | None = None,
+        ttl_ms: int = 60_000,
     ) -> None:
-        """Announce (or refresh) a worker process; stale entries are pruned by readers."""
+        """Announce (or refresh) a worker process; readers drop it ``ttl_ms`` after this call.
+
+        The record is one field of the store's workers hash, bounded in size (at most
+        PRESENCE_MAX_IN_FLIGHT in-flight jobs are listed); expired fields are pruned by
+        ``live_workers``.
+        """
+        now = self.now()
+        running = list(in_flight or [])
         doc = {
             "host": socket.gethostname(),
             "pid": os.getpid(),
             "queues": dict(queues),
             "routes": sorted(routes),
             "started_at": started_at,
-            "last_seen": self.now(),
+            "last_seen": now,
+            "expires_at": now + int(ttl_ms),
+            "concurrency": dict(concurrency or {}),
+            "in_flight": [
+                [job.id, job.queue, job.name, job.started_at]
+                for job in running[:PRESENCE_MAX_IN_FLIGHT]
+            ],
+            "in_flight_count": len(running),
+            "totals": dict(totals or {}),
         }
         self._command("register_worker", "hset", self.keys.workers, worker_id, codec.dumps(doc))
 
@@ -258,31 +307,61 @@ class InsightOperations:
         self._command("unregister_worker", "hdel", self.keys.workers, worker_id)
 
     def live_workers(self, max_age_ms: int = 60_000) -> list[WorkerInfo]:
-        """Workers seen within ``max_age_ms``; older entries are removed."""
-        raw = self._command("live_workers", "hgetall", self.keys.workers)
+        """Workers seen within ``max_age_ms`` (and before their own expiry); older entries are removed.
+
+        Reads at most PRESENCE_MAX_WORKERS records, HSCAN-paged.
+        """
         now = self.now()
         live: list[WorkerInfo] = []
         stale: list[str] = []
-        for worker_id, text in raw.items():
-            doc = json.loads(text)
-            if now - int(doc.get("last_seen", 0)) > max_age_ms:
-                stale.append(worker_id)
-                continue
-            live.append(
-                WorkerInfo(
-                    worker_id=worker_id,
-                    host=str(doc.get("host", "")),
-                    pid=int(doc.get("pid", 0)),
-                    queues={q: list(n) for q, n in doc.get("queues", {}).items()},
-                    routes=list(doc.get("routes", [])),
-                    started_at=int(doc.get("started_at", 0)),
-                    last_seen=int(doc.get("last_seen", 0)),
-                )
+        cursor = 0
+        read = 0
+        while True:
+            cursor, chunk = self._command(
+                "live_workers", "hscan", self.keys.workers, cursor, count=PRESENCE_PAGE
             )
-        if stale:
+            for worker_id, text in chunk.items():
+                read += 1
+                info = _worker_from(worker_id, text)
+                if (
+                    info is None
+                    or now - info.last_seen > max_age_ms
+                    or (info.expires_at and info.expires_at < now)
+                ):
+                    stale.append(worker_id)
+                    continue
+                live.append(info)
+            if int(cursor) == 0 or read >= PRESENCE_MAX_WORKERS:
+                break
+        for start in range(0, min(len(stale), 500), 500):
             # Workers killed without a goodbye age out here.
-            self._command("live_workers", "hdel", self.keys.workers, *stale[:500])
+            self._command("live_workers", "hdel", self.keys.workers, *stale[start : start + 500])
         return sorted(live, key=lambda w: w.worker_id)
+
+
+def _worker_from(worker_id: str, text: str) -> WorkerInfo | None:
+    """A presence record, or None when it cannot be read (such fields are pruned)."""
+    try:
+        doc = json.loads(text)
+        return WorkerInfo(
+            worker_id=worker_id,
+            host=str(doc.get("host", "")),
+            pid=int(doc.get("pid", 0)),
+            queues={q: list(n) for q, n in doc.get("queues", {}).items()},
+            routes=list(doc.get("routes", [])),
+            started_at=int(doc.get("started_at", 0)),
+            last_seen=int(doc.get("last_seen", 0)),
+            concurrency={q: int(n) for q, n in (doc.get("concurrency") or {}).items()},
+            in_flight=[
+                InFlightJob(str(i), str(q), str(n), int(t))
+                for i, q, n, t in doc.get("in_flight") or []
+            ],
+            in_flight_count=int(doc.get("in_flight_count") or 0),
+            totals={k: int(v) for k, v in (doc.get("totals") or {}).items()},
+            expires_at=int(doc.get("expires_at") or 0),
+        )
+    except (ValueError, TypeError, AttributeError):
+        return None
 
 
 def _state_cursor(order_field: str, record: JobRecord, fields: Mapping[str, str]) -> str:

@@ -120,6 +120,17 @@ def epoch_ms(moment: datetime | None) -> int | None:
 
 
 @register.filter
+def thousands(value: Any) -> str:
+    """``182,344``: a whole number with thousands separators (other values unchanged)."""
+    if isinstance(value, bool):
+        return str(value)
+    try:
+        return f"{int(value):,}"
+    except (TypeError, ValueError):
+        return "" if value is None else str(value)
+
+
+@register.filter
 def duration(ms: int | float | None) -> str:
     return duration_words(ms)
 

@@ -7,7 +7,7 @@ from mqadmin.views.bulk import bulk_preview, bulk_run, bulk_selected
 from mqadmin.views.common import HtmxHttpRequest
 from mqadmin.views.flows import flow
 from mqadmin.views.jobs import explorer, job, lookup
-from mqadmin.views.operations import audit, indexes, outbox, schedules
+from mqadmin.views.operations import audit, indexes, outbox, schedules, workers
 from mqadmin.views.overview import home, throughput
 
 __all__ = [
@@ -28,4 +28,5 @@ __all__ = [
     "schedule_action",
     "schedules",
     "throughput",
+    "workers",
 ]

@@ -1,4 +1,4 @@
-"""Operations pages: the outbox backlog, index status, schedules and the audit log."""
+"""Operations pages: the outbox backlog, workers, index status, schedules and the audit log."""
 
 from __future__ import annotations
 
@@ -35,6 +35,21 @@ def outbox(request: HtmxHttpRequest) -> HttpResponse:
         "after": form.cleaned_data.get("after"),
     }
     return page(request, "mqadmin/outbox.html", context, partial="entries")
+
+
+@require_GET
+@dashboard_view
+def workers(request: HtmxHttpRequest) -> HttpResponse:
+    """Live worker processes per store: host, pid, queues, concurrency, jobs in flight, totals.
+
+    Refreshes itself every 10 s (htmx partial ``workers``).
+    """
+    return page(
+        request,
+        "mqadmin/workers.html",
+        {"stores": dashboard.workers_overview(), "live_ms": dashboard.LIVE_WORKER_MS},
+        partial="workers",
+    )
 
 
 @require_GET
