@@ -141,6 +141,8 @@ class QueueRow:
     counts: dict[str, int]
     paused: bool
     oldest_waiting: Any | None = None
+    #: False when the oldest-runnable search hit a bound (more priority levels or names).
+    oldest_complete: bool = True
     #: Live workers (announced within LIVE_WORKER_MS) that consume this queue.
     workers: int = 0
 
@@ -208,7 +210,9 @@ def overview(with_chart: bool = True) -> list[StoreBoard]:
                 row.workers = served.get(row.name, 0)
             waiting_rows = [row for row in rows if row.counts.get("waiting")]
             for row in waiting_rows[:OLDEST_WAITING_QUEUES]:
-                row.oldest_waiting = job_store.oldest_waiting(row.name)
+                oldest = job_store.oldest_runnable(row.name)
+                row.oldest_waiting = oldest.record
+                row.oldest_complete = oldest.complete
         except (StoreFailure, RedisError, OSError) as exc:
             logger.warning("store %s (%s) unavailable: %s", name, description, exc)
             boards.append(

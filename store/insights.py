@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from store import codec
-from store.errors import JobStoreError
 from store.listing import DEFAULT_SCAN_BUDGET, parse_cursor, plan_state_query
 from store.records import JobRecord, ListResult
 
@@ -72,6 +71,23 @@ class WorkerInfo:
     @property
     def total_concurrency(self) -> int:
         return sum(self.concurrency.values())
+
+
+#: Bounds of ``oldest_runnable`` per queue: job names, priority levels per name, jobs per level.
+OLDEST_MAX_NAMES = 50
+OLDEST_LEVELS = 16
+OLDEST_PER_LEVEL = 4
+
+
+@dataclass(frozen=True)
+class OldestRunnable:
+    """The longest-runnable waiting job of a queue (None: nothing waits)."""
+
+    record: JobRecord | None
+    #: Waiting jobs read to find it.
+    examined: int
+    #: False when a bound (names, priority levels) left some candidates unread.
+    complete: bool
 
 
 @dataclass(frozen=True)
@@ -161,21 +177,26 @@ class InsightOperations:
         """Job names seen in this store (optionally in one queue)."""
         return sorted({n for q, n in self._queue_names() if queue is None or q == queue})
 
-    def oldest_waiting(self, queue: str) -> JobRecord | None:
-        """The waiting job of ``queue`` that has been runnable longest (by run_at)."""
-        heads = []
-        pipe = self.client.pipeline(transaction=False)
+    def oldest_runnable(self, queue: str) -> OldestRunnable:
+        """The waiting job of ``queue`` runnable longest (smallest run_at), priorities included.
+
+        Bounded: at most OLDEST_MAX_NAMES job names of the queue, OLDEST_LEVELS priority
+        levels per name and OLDEST_PER_LEVEL jobs at the head of each level are read
+        (``complete`` is False when a limit left candidates unread).
+        """
         names = self.job_names(queue)
-        for name in names:
-            pipe.zrange(self.keys.waiting(queue, name), 0, 0)
-        try:
-            for member_list in pipe.execute() if names else []:
-                if member_list:
-                    heads.append(member_list[0][16:])
-        except Exception as exc:
-            raise JobStoreError(f"oldest_waiting failed: {exc}", exc) from exc
-        records = [r for r in (self.get_job(job_id) for job_id in heads) if r is not None]
-        return min(records, key=lambda r: (r.run_at, r.enqueued_at), default=None)
+        complete = len(names) <= OLDEST_MAX_NAMES
+        reply = self._run(
+            "oldest_runnable", queue, OLDEST_LEVELS, OLDEST_PER_LEVEL, *names[:OLDEST_MAX_NAMES]
+        )
+        job_id, examined = reply[0], int(reply[2])
+        complete = complete and reply[3] == "0"
+        record = self.get_job(job_id) if job_id else None
+        return OldestRunnable(record, examined, complete)
+
+    def oldest_waiting(self, queue: str) -> JobRecord | None:
+        """The waiting job of ``queue`` that has been runnable longest (see ``oldest_runnable``)."""
+        return self.oldest_runnable(queue).record
 
     def list_by_state(
         self,
