@@ -269,7 +269,7 @@ def test_a_scan_cut_short_by_the_budget_offers_to_continue(
 
     html = text_of(admin_client_.get("/jobs/?store=main&meta=needle%3Dyes"))
 
-    assert "Scanned 2000 rows and found 0 matches" in html
+    assert "Scanned 2,000 rows and found 0 matches" in html
     assert row_ids(html) == []
     continue_link = re.search(r'<a class="continue" href="([^"]*)"', html)
     assert continue_link
