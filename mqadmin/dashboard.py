@@ -288,11 +288,13 @@ class JobQuery:
     before: str | None = None
     #: The order was chosen automatically from the states (permalinks leave it out).
     order_auto: bool = False
+    #: An error group id: only failed jobs of that error (from the group's job set).
+    error: str | None = None
 
     @property
     def by_state(self) -> bool:
         """Served from the states' own sorted sets (``list_by_state``), not from an index."""
-        return self.order_by != "enqueued_at"
+        return self.order_by != "enqueued_at" and not self.error
 
     @property
     def shows_finished(self) -> bool:
@@ -321,6 +323,8 @@ class JobQuery:
             parts.append(f"queue={self.queue}")
         if self.name:
             parts.append(f"name={self.name}")
+        if self.error:
+            parts.append(f"error={self.error}")
         if self.states is not None:
             parts.append("states=" + ",".join(self.states))
         parts.extend(f"meta {key}={value}" for key, value in self.metadata.items())
@@ -382,6 +386,22 @@ def plan_query(job_store: Any, query: JobQuery) -> QueryPlan:
     from store.listing import plan_list_query, plan_state_query
 
     kwargs = query.list_kwargs()
+    if query.error:
+        if query.order_by != "finished_at" or query.states != ("failed",):
+            raise QueryRefused(
+                "Filtering by error lists failed jobs by the time of their failure: tick only "
+                "“failed” and order by finished time (or automatically).",
+                "order_by",
+            )
+        residual = tuple(
+            label for label, value in (("queue", query.queue), ("name", query.name)) if value
+        ) + (("metadata",) if query.metadata else ())
+        return QueryPlan(
+            route=f"error:{query.error}",
+            source="the failed jobs of this error group (kept at fail time, newest 10,000)",
+            residual=residual,
+            order_label=ORDER_LABELS["finished_at"],
+        )
     try:
         if query.by_state:
             _check_order_states(query)
@@ -575,6 +595,17 @@ def fetch_page(
 
     kwargs = query.list_kwargs()
     try:
+        if query.error:
+            return job_store.list_by_error(
+                query.error,
+                queue=kwargs["queue"],
+                name=kwargs["name"],
+                metadata=kwargs["metadata"],
+                order=order,
+                cursor=cursor,
+                limit=limit,
+                scan_budget=scan_budget,
+            )
         if query.by_state:
             _check_order_states(query)
             return job_store.list_by_state(
@@ -600,7 +631,7 @@ def fetch_page(
 
 def _counter_total(job_store: Any, query: JobQuery) -> int | None:
     """The exact match count when the filter is only queue and/or states (O(1) counters)."""
-    if query.name or query.metadata:
+    if query.name or query.metadata or query.error:
         return None
     counts = job_store.counts(query.queue) if query.queue else job_store.counts()
     states = query.states if query.states is not None else STATES
@@ -1153,6 +1184,35 @@ def outbox_page(
         next_after=rows[-1].seq if more and rows else None,
         targets=targets,
     )
+
+
+# ---------------------------------------------------------------------- failures
+
+
+@dataclass
+class FailuresView:
+    store: str
+    groups: list[Any]
+    failed_total: int
+    now: int
+
+
+FAILURE_GROUPS = 100
+
+
+def failures_view(store_name: str) -> FailuresView:
+    """A store's failures grouped by error type and message (from the fail-time aggregates)."""
+    job_store = open_store(store_name)
+    with reaching(store_name):
+        groups = job_store.error_groups(limit=FAILURE_GROUPS)
+        failed = job_store.counts().get("failed", 0)
+    return FailuresView(store_name, groups, int(failed), job_store.now())
+
+
+def error_group(store_name: str, group: str) -> Any | None:
+    job_store = open_store(store_name)
+    with reaching(store_name):
+        return job_store.error_group(group)
 
 
 # ---------------------------------------------------------------------- workers

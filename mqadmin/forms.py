@@ -176,6 +176,11 @@ class JobFilterForm(forms.Form):
     )
     cursor = CursorField()
     before = CursorField()
+    error = forms.RegexField(
+        required=False,
+        regex=r"^[0-9a-f]{16}$",
+        error_messages={"invalid": "“error” must be an error group id (16 hex digits)."},
+    )
 
     def clean_queue(self) -> str:
         return _plain_text(self.cleaned_data["queue"], "queue")
@@ -195,6 +200,9 @@ class JobFilterForm(forms.Form):
         data = self.cleaned_data
         states = data.get("state") or None
         state_tuple = tuple(s for s in STATES if s in states) if states else None
+        error = data.get("error") or None
+        if error and state_tuple is None:
+            state_tuple = ("failed",)  # an error filter lists failed jobs
         requested = data.get("order_by") or "auto"
         return JobQuery(
             store=data.get("store") or default_store,
@@ -204,6 +212,7 @@ class JobFilterForm(forms.Form):
             metadata=data.get("meta") or {},
             order_by=auto_order(state_tuple) if requested == "auto" else requested,
             order_auto=requested == "auto",
+            error=error,
             order=data.get("order") or "desc",
             limit=data.get("limit") or DEFAULT_LIMIT,
             cursor=data.get("cursor"),
@@ -227,6 +236,7 @@ def query_string(query: JobQuery, **overrides: Any) -> str:
         "limit": query.limit if query.limit != DEFAULT_LIMIT else None,
         "cursor": query.cursor,
         "before": query.before,
+        "error": query.error,
     }
     values.update(overrides)
     for key, value in values.items():
@@ -363,6 +373,10 @@ class OutboxPageForm(forms.Form):
         min_value=0,
         error_messages={"invalid": "“after” must be an outbox entry number."},
     )
+
+
+class FailuresForm(forms.Form):
+    store = StoreField(required=False)
 
 
 class AuditFilterForm(forms.Form):

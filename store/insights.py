@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from store import codec
+from store.errors import InvalidRequestError, JobStoreError
 from store.listing import DEFAULT_SCAN_BUDGET, parse_cursor, plan_state_query
 from store.records import JobRecord, ListResult
 
@@ -77,6 +79,48 @@ class WorkerInfo:
 OLDEST_MAX_NAMES = 50
 OLDEST_LEVELS = 16
 OLDEST_PER_LEVEL = 4
+
+
+#: Error groups one ``error_groups`` call returns at most.
+ERROR_GROUPS_MAX_PAGE = 200
+_GROUP_ID = re.compile(r"^[0-9a-f]{16}$")
+
+
+@dataclass(frozen=True)
+class ErrorGroup:
+    """Failures of one error type and message (digits folded), aggregated at fail time."""
+
+    id: str
+    type: str
+    module: str
+    #: The first message seen (messages differing only in digits share a group).
+    message: str
+    count: int
+    first_seen: int
+    last_seen: int
+    last_job: str
+    last_queue: str
+    last_name: str
+    #: Failed-job ids the group keeps (the newest 10,000), for listing and bulk retry.
+    jobs_kept: int = 0
+
+    @property
+    def qualified_type(self) -> str:
+        if self.module and self.module not in ("builtins", "__main__"):
+            return f"{self.module}.{self.type}"
+        return self.type
+
+
+def error_group_id(error_type: str, module: str, message: str) -> str:
+    """The group id the fail path gives an error (mirrors ``lua/lib/08a_errors.lua``)."""
+    import hashlib
+
+    raw = message.encode("utf-8")[:300]
+    folded = re.sub(rb"[0-9]+", b"#", raw)
+    digest = hashlib.sha1(  # noqa: S324 - a grouping key, not a security measure
+        module.encode("utf-8") + b"\0" + error_type.encode("utf-8") + b"\0" + folded
+    )
+    return digest.hexdigest()[:16]
 
 
 @dataclass(frozen=True)
@@ -266,6 +310,113 @@ class InsightOperations:
             route=plan.route,
             order_field=plan.order_field,
             residual=plan.residual,
+        )
+
+    # -------------------------------------------------------- error aggregates
+
+    def error_groups(self, limit: int = 50) -> list[ErrorGroup]:
+        """The error groups seen most recently first (at most ERROR_GROUPS_MAX_PAGE)."""
+        limit = max(1, min(int(limit), ERROR_GROUPS_MAX_PAGE))
+        ids = self._command("error_groups", "zrevrange", self.keys.errors(), 0, limit - 1)
+        return self._load_groups(list(ids))
+
+    def error_group(self, group: str) -> ErrorGroup | None:
+        if not isinstance(group, str) or not _GROUP_ID.match(group):
+            raise InvalidRequestError(f"not an error group id: {str(group)[:40]!r}")
+        found = self._load_groups([group])
+        return found[0] if found else None
+
+    def _load_groups(self, ids: list[str]) -> list[ErrorGroup]:
+        if not ids:
+            return []
+        pipe = self.client.pipeline(transaction=False)
+        for gid in ids:
+            pipe.hgetall(self.keys.error(gid))
+            pipe.zcard(self.keys.error_jobs(gid))
+        try:
+            replies = pipe.execute()
+        except Exception as exc:
+            raise JobStoreError(f"error_groups failed: {exc}", exc) from exc
+        groups = []
+        for k, gid in enumerate(ids):
+            fields, kept = replies[2 * k], replies[2 * k + 1]
+            if not fields:
+                continue
+            groups.append(
+                ErrorGroup(
+                    id=gid,
+                    type=fields.get("type", ""),
+                    module=fields.get("module", ""),
+                    message=fields.get("message", ""),
+                    count=int(fields.get("count") or 0),
+                    first_seen=int(fields.get("first_seen") or 0),
+                    last_seen=int(fields.get("last_seen") or 0),
+                    last_job=fields.get("last_job", ""),
+                    last_queue=fields.get("last_queue", ""),
+                    last_name=fields.get("last_name", ""),
+                    jobs_kept=int(kept or 0),
+                )
+            )
+        return groups
+
+    def list_by_error(
+        self,
+        group: str,
+        queue: str | None = None,
+        name: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+        order: str = "desc",
+        cursor: str | None = None,
+        limit: int = 50,
+        scan_budget: int = DEFAULT_SCAN_BUDGET,
+    ) -> StateListResult:
+        """Failed jobs of one error group, by the time of that failure (``finished_at``).
+
+        Read from the group's job set: a job retried since (no longer failed) is
+        skipped, a removed one healed away.
+        """
+        if not isinstance(group, str) or not _GROUP_ID.match(group):
+            raise InvalidRequestError(f"not an error group id: {str(group)[:40]!r}")
+        plan = plan_state_query(self.keys, ["failed"], queue, name, metadata, order, [])
+        position = parse_cursor(cursor)
+        limit = max(1, int(limit))
+        args: list[Any] = [
+            plan.order,
+            limit,
+            max(int(scan_budget), limit + 1),
+            "1" if position else "0",
+            position[0] if position else "",
+            position[1] if position else "",
+            queue or "",
+            name or "",
+            "failed",
+            1,
+            self.keys.error_jobs(group),
+            len(plan.metadata),
+        ]
+        for key, value in plan.metadata.items():
+            args.extend((key, value))
+        reply = self._run("list", *args)
+        more, truncated, scanned = reply[0] == "1", reply[1] == "1", int(reply[2])
+        items = [
+            codec.record_from_hash(reply[k], codec.pairs_to_dict(reply[k + 1]))
+            for k in range(7, len(reply), 2)
+        ]
+        cursors = [f"{int(r.finished_at or 0)}:{r.id}" for r in items]
+        next_cursor = None
+        if truncated and reply[6]:
+            next_cursor = f"{int(float(reply[5]))}:{reply[6]}"
+        elif more:
+            next_cursor = f"{int(float(reply[3]))}:{reply[4]}"
+        return StateListResult(
+            items,
+            next_cursor,
+            truncated,
+            scanned,
+            item_cursors=tuple(cursors),
+            route=f"error:{group}",
+            order_field="finished_at",
+            residual=tuple(r for r in ("queue", "name") if (queue, name)[r == "name"]),
         )
 
     def lock_info(self, job_id: str) -> LockInfo:

@@ -82,5 +82,14 @@ class StoreKeys:
     def flowchildren(self, flow_id: str) -> str:
         return f"{self.tag}:flowchildren:{flow_id}"
 
+    def errors(self) -> str:
+        return f"{self.tag}:errors"
+
+    def error(self, group: str) -> str:
+        return f"{self.tag}:error:{group}"
+
+    def error_jobs(self, group: str) -> str:
+        return f"{self.tag}:error:{group}:jobs"
+
     def schedule(self, key: str) -> str:
         return f"{self.tag}:schedule:{key}"

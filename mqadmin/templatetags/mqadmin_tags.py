@@ -120,6 +120,27 @@ def epoch_ms(moment: datetime | None) -> int | None:
 
 
 @register.filter
+def job_error(record: Any) -> dict[str, str] | None:
+    """What a failed job failed with: type, message and its error group id (None otherwise)."""
+    from mqadmin.dashboard import failure_of
+    from store.insights import error_group_id
+
+    if getattr(record, "state", None) != "failed":
+        return None
+    failure = failure_of(getattr(record, "exit", None))
+    if failure is not None:
+        return {
+            "type": failure.qualified_type,
+            "message": failure.message,
+            "group": error_group_id(failure.type, failure.module, failure.message),
+        }
+    reason = getattr(record, "failed_reason", None)
+    if reason:
+        return {"type": "", "message": reason, "group": error_group_id("(no exit)", "", reason)}
+    return None
+
+
+@register.filter
 def thousands(value: Any) -> str:
     """``182,344``: a whole number with thousands separators (other values unchanged)."""
     if isinstance(value, bool):

@@ -7,7 +7,7 @@ from mqadmin.views.bulk import bulk_preview, bulk_run, bulk_selected
 from mqadmin.views.common import HtmxHttpRequest
 from mqadmin.views.flows import flow
 from mqadmin.views.jobs import explorer, job, lookup
-from mqadmin.views.operations import audit, indexes, outbox, schedules, workers
+from mqadmin.views.operations import audit, failures, indexes, outbox, schedules, workers
 from mqadmin.views.overview import home, throughput
 
 __all__ = [
@@ -17,6 +17,7 @@ __all__ = [
     "bulk_run",
     "bulk_selected",
     "explorer",
+    "failures",
     "flow",
     "home",
     "indexes",

@@ -56,6 +56,8 @@ def explorer(request: HtmxHttpRequest) -> HttpResponse:
             status=400,
         )
     context["result"] = result
+    if query.error:
+        context["error_group"] = dashboard.error_group(query.store, query.error)
     if not wants_partial(request):
         # Suggestions for the name and queue boxes (full page only: a swap keeps the form).
         context["known_names"] = dashboard.job_names(query.store)

@@ -39,6 +39,25 @@ def outbox(request: HtmxHttpRequest) -> HttpResponse:
 
 @require_GET
 @dashboard_view
+def failures(request: HtmxHttpRequest) -> HttpResponse:
+    """Failed jobs of one store grouped by error type and message, latest first.
+
+    Read from the aggregates the fail path keeps (one hash per error group), never by
+    scanning jobs; each group links to its failed jobs and to a bulk-retry preview.
+    """
+    form = forms.FailuresForm(request.GET)
+    if not form.is_valid():
+        return error_page(request, 400, "Bad failures request", forms.form_errors(form))
+    names = dashboard.store_names()
+    store_name = form.cleaned_data.get("store") or (names[0] if names else "default")
+    view = dashboard.failures_view(store_name)
+    return page(
+        request, "mqadmin/failures.html", {"view": view, "store": store_name}, partial="groups"
+    )
+
+
+@require_GET
+@dashboard_view
 def workers(request: HtmxHttpRequest) -> HttpResponse:
     """Live worker processes per store: host, pid, queues, concurrency, jobs in flight, totals.
 
