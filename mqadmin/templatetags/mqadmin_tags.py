@@ -130,13 +130,20 @@ def job_error(record: Any) -> dict[str, str] | None:
     failure = failure_of(getattr(record, "exit", None))
     if failure is not None:
         return {
-            "type": failure.qualified_type,
+            # The class name alone in lists; the module is in the link's title.
+            "type": failure.type,
+            "qualified_type": failure.qualified_type,
             "message": failure.message,
             "group": error_group_id(failure.type, failure.module, failure.message),
         }
     reason = getattr(record, "failed_reason", None)
     if reason:
-        return {"type": "", "message": reason, "group": error_group_id("(no exit)", "", reason)}
+        return {
+            "type": "",
+            "qualified_type": "",
+            "message": reason,
+            "group": error_group_id("(no exit)", "", reason),
+        }
     return None
 
 

@@ -8,6 +8,7 @@
  * - "/" focuses the job id lookup box.
  * - Changing the explorer's store reloads the whole page (names, queues and headings change).
  * - "Expand flow" toggles: a second click collapses the nested flow instead of reloading it.
+ * - Table cells get their column's heading as data-label (phones show rows as labelled cards).
  * - The explorer disables orders and states that cannot go together (an order other than
  *   enqueued time reads only the sets of its states), before the form is submitted.
  * Everything uses event delegation, so content swapped in by htmx works without re-binding.
@@ -158,6 +159,30 @@
     if (box) { event.preventDefault(); box.focus(); }
   });
 
-  document.addEventListener("DOMContentLoaded", function () { tick(); selectionState(); orderConstraints(); });
-  document.addEventListener("htmx:afterSettle", function () { tick(); selectionState(); });
+  // Each body cell gets the text of its column's heading (colspans counted).
+  function labelCells() {
+    document.querySelectorAll("main table").forEach(function (table) {
+      var head = table.tHead && table.tHead.rows[0];
+      if (!head) { return; }
+      var labels = [];
+      Array.prototype.forEach.call(head.cells, function (cell) {
+        var text = cell.textContent.replace(/\s+/g, " ").trim();
+        for (var i = 0; i < (cell.colSpan || 1); i += 1) { labels.push(text); }
+      });
+      Array.prototype.forEach.call(table.tBodies, function (body) {
+        Array.prototype.forEach.call(body.rows, function (row) {
+          var col = 0;
+          Array.prototype.forEach.call(row.cells, function (cell) {
+            if (!cell.hasAttribute("data-label") && (cell.colSpan || 1) === 1) {
+              cell.setAttribute("data-label", labels[col] || "");
+            }
+            col += cell.colSpan || 1;
+          });
+        });
+      });
+    });
+  }
+
+  document.addEventListener("DOMContentLoaded", function () { tick(); selectionState(); orderConstraints(); labelCells(); });
+  document.addEventListener("htmx:afterSettle", function () { tick(); selectionState(); labelCells(); });
 })();
