@@ -8,6 +8,9 @@
  * - "/" focuses the job id lookup box.
  * - Changing the explorer's store reloads the whole page (names, queues and headings change).
  * - "Expand flow" toggles: a second click collapses the nested flow instead of reloading it.
+ * - Focus survives htmx swaps (live refreshes, Next/Previous, Apply): the element that had
+ *   it is found again in the new content (by id, rel, href, or name and value), else the
+ *   swapped region itself takes focus, so a keyboard user never falls back to the top.
  * - Table cells get their column's heading as data-label (phones show rows as labelled cards).
  * - The explorer disables orders and states that cannot go together (an order other than
  *   enqueued time reads only the sets of its states), before the form is submitted.
@@ -42,6 +45,55 @@
         toggle.setAttribute("aria-expanded", "true");
       }
     }
+  });
+
+  // -------------------------------------------------------------- focus across swaps
+  var pendingFocus = null;
+
+  function attr(name, value) { return "[" + name + '="' + CSS.escape(value) + '"]'; }
+
+  function focusKey(el) {
+    if (el.id) { return { selector: "#" + CSS.escape(el.id) }; }
+    var tag = el.tagName.toLowerCase();
+    if (tag === "a") {
+      var rel = el.getAttribute("rel");
+      if (rel) { return { selector: "a" + attr("rel", rel) }; }
+      if (el.getAttribute("href")) { return { selector: "a" + attr("href", el.getAttribute("href")) }; }
+    }
+    if ((tag === "input" || tag === "select" || tag === "button") && el.name) {
+      var sel = tag + attr("name", el.name);
+      if (tag !== "select" && el.value) { sel += attr("value", el.value); }
+      return { selector: sel };
+    }
+    if (tag === "button") { return { selector: "button", text: el.textContent.trim() }; }
+    return null;
+  }
+
+  document.addEventListener("htmx:beforeSwap", function (event) {
+    var target = event.detail && event.detail.target;
+    var active = document.activeElement;
+    if (!target || !active || active === document.body || !target.contains(active)) { return; }
+    var key = focusKey(active);
+    pendingFocus = { key: key, region: target.id || null };
+  });
+
+  document.addEventListener("htmx:afterSettle", function () {
+    if (!pendingFocus) { return; }
+    var pending = pendingFocus;
+    pendingFocus = null;
+    var found = null;
+    if (pending.key) {
+      var scope = (pending.region && document.getElementById(pending.region)) || document;
+      var candidates = scope.querySelectorAll(pending.key.selector);
+      for (var i = 0; i < candidates.length && !found; i += 1) {
+        if (!pending.key.text || candidates[i].textContent.trim() === pending.key.text) { found = candidates[i]; }
+      }
+    }
+    if (!found && pending.region) {
+      found = document.getElementById(pending.region);
+      if (found && !found.hasAttribute("tabindex")) { found.setAttribute("tabindex", "-1"); }
+    }
+    if (found && typeof found.focus === "function") { found.focus({ preventScroll: true }); }
   });
 
   document.addEventListener("visibilitychange", function () {

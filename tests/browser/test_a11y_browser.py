@@ -5,7 +5,6 @@ across live refreshes and explorer swaps, and a skip link leads to the content."
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +55,9 @@ def describe(violations: list[dict[str, Any]]) -> str:
 @pytest.fixture
 def axe_ready() -> None:
     if not AXE.exists():
-        pytest.skip("axe-core is not installed: run `make browser-deps` (.ci/install-browser-deps.sh)")
+        pytest.skip(
+            "axe-core is not installed: run `make browser-deps` (.ci/install-browser-deps.sh)"
+        )
 
 
 @pytest.mark.parametrize("scheme", ["light", "dark"])
@@ -119,3 +120,65 @@ def test_no_page_scrolls_sideways_on_a_390px_phone(
             assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= 390, cell
     finally:
         context.close()
+
+
+def swapped(page: Any, selector: str, action: Any) -> None:
+    """Run ``action`` and wait until ``selector`` was replaced by an htmx swap."""
+    page.evaluate(f"document.querySelector({selector!r}).setAttribute('data-old', '1')")
+    action()
+    page.wait_for_function(
+        f"() => {{ const e = document.querySelector({selector!r}); return e && !e.hasAttribute('data-old'); }}"
+    )
+    page.wait_for_timeout(50)  # afterSettle runs just after the swap
+
+
+def test_the_keyboard_keeps_its_place(
+    page: Any,
+    live_server: Any,
+    demo: Demo,  # noqa: F811
+    console: ConsoleLog,
+) -> None:
+    base = live_server.url
+    log_in(page, base, "/")
+
+    # The skip link is the first stop and leads to the content.
+    page.keyboard.press("Tab")
+    assert page.evaluate("document.activeElement.className") == "skip-link"
+    page.keyboard.press("Enter")
+    assert page.evaluate("document.activeElement.id") == "main"
+
+    # A live refresh of the overview keeps focus on the same count link.
+    link = page.locator("#stores table.queues a.count-link").nth(3)
+    href = link.get_attribute("href")
+    link.focus()
+    swapped(
+        page,
+        "#stores",
+        lambda: page.evaluate("document.body.dispatchEvent(new CustomEvent('mq:visible'))"),
+    )
+    assert page.evaluate("document.activeElement.getAttribute('href')") == href
+    assert page.evaluate("document.activeElement.classList.contains('count-link')")
+
+    # The chart's numbers are reachable without hovering.
+    summary = page.locator("details.chart-values summary").first
+    summary.focus()
+    page.keyboard.press("Enter")
+    assert page.locator("details.chart-values table").first.is_visible()
+    assert page.locator("details.chart-values tbody tr").first.locator("td").count() == 3
+
+    # Next and Previous keep focus on the pager; Apply keeps it on the button.
+    page.goto(base + "/jobs/?store=main&limit=20")
+    page.locator("a[rel=next]").focus()
+    swapped(page, "#results", lambda: page.keyboard.press("Enter"))
+    assert page.evaluate("document.activeElement.getAttribute('rel')") == "next"
+    page.locator("a[rel=prev]").focus()
+    swapped(page, "#results", lambda: page.keyboard.press("Enter"))
+    # Back on the first page there is no Previous any more: the results region has focus.
+    assert page.evaluate("document.activeElement.id") == "results"
+    page.locator("input[name=state][value=completed]").check()
+    apply = page.get_by_role("button", name="Apply filters")
+    apply.focus()
+    swapped(page, "#results", lambda: page.keyboard.press("Enter"))
+    assert page.evaluate("document.activeElement.textContent.trim()") == "Apply filters"
+    shot(page, "keyboard-after-apply")
+    assert not console.errors, console.errors
