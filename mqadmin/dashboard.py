@@ -518,6 +518,10 @@ class ExplorerPage:
     #: Exact number of matching jobs when O(1) counters can tell (queue/states filters only).
     total: int | None = None
     first_page: bool = True
+    #: The store's clock when the page was read (overdue flags).
+    now: int = 0
+    #: Filters naming a queue or job name this store has never seen, in words.
+    unknown: list[str] = field(default_factory=list)
 
 
 def explore(query: JobQuery) -> ExplorerPage:
@@ -546,6 +550,27 @@ def explore(query: JobQuery) -> ExplorerPage:
     if query.before and not result.items and not result.truncated:
         # Nothing lies before that row any more (rows were removed): the first page.
         return explore(replace(query, before=None, cursor=None))
+    page = _explorer_page(query, plan, result, total)
+    page.now = job_store.now()
+    if not page.items and (query.queue or query.name):
+        page.unknown = _unknown_filters(job_store, query)
+    return page
+
+
+def _unknown_filters(job_store: Any, query: JobQuery) -> list[str]:
+    """Say so when a queue or job name filter names something the store never held."""
+    notes = []
+    with reaching(query.store):
+        if query.queue and query.queue not in job_store.queue_names():
+            notes.append(f"No queue named “{query.queue}” has ever held a job in this store.")
+        if query.name and query.name not in job_store.job_names():
+            notes.append(f"No job named “{query.name}” has ever been enqueued in this store.")
+    return notes
+
+
+def _explorer_page(
+    query: JobQuery, plan: QueryPlan, result: Any, total: int | None
+) -> ExplorerPage:
     cursors = list(getattr(result, "item_cursors", ()) or ())
     if not cursors:
         cursors = [_row_cursor(item, query.order_by) for item in result.items]

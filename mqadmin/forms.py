@@ -280,6 +280,8 @@ class JobActionForm(forms.Form):
     store = StoreField()
     job_id = forms.CharField(max_length=MAX_TEXT, strip=False)
     next = NextField()
+    #: The explorer page (with its filter) the job was opened from: where a removal returns.
+    back = NextField()
 
 
 class QueueActionForm(forms.Form):

@@ -81,6 +81,25 @@ def reltime(ms: int | float | None, now: int | None = None) -> SafeString:
 
 
 @register.simple_tag
+def bothtimes(ms: int | float | None, now: int | None = None) -> SafeString:
+    """``3 min ago · 2026-12-03 13:40:05 UTC``: the relative and the absolute time side by side.
+
+    The absolute part is a ``<time class="abs">`` that app.js can show in the browser's
+    local time zone (the page's "show local time" toggle).
+    """
+    if ms is None or ms == "":
+        return mark_safe('<span class="muted">—</span>')
+    moment = _datetime(ms)
+    return format_html(
+        '{} <span class="muted">·</span> <time class="abs" datetime="{}" data-utc="{}">{}</time>',
+        relative(ms, now),
+        moment.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+        absolute(ms),
+        absolute(ms),
+    )
+
+
+@register.simple_tag
 def abstime(ms: int | float | None, tz: str | None = None) -> SafeString:
     """An absolute time (in ``tz`` when given, with the UTC time as tooltip)."""
     if ms is None or ms == "":

@@ -62,7 +62,7 @@ def job_action(request: HttpRequest, verb: str) -> HttpResponse:
         request.user, verb, store=store_name, target=job_id, result=result.message, ok=result.ok
     )
     fallback = (
-        reverse("mqadmin:jobs") + f"?store={store_name}"
+        form.cleaned_data["back"] or reverse("mqadmin:jobs") + f"?store={store_name}"
         if verb == "remove" and result.ok
         else reverse("mqadmin:job", args=[store_name, job_id])
     )

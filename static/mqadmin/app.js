@@ -11,6 +11,8 @@
  * - Focus survives htmx swaps (live refreshes, Next/Previous, Apply): the element that had
  *   it is found again in the new content (by id, rel, href, or name and value), else the
  *   swapped region itself takes focus, so a keyboard user never falls back to the top.
+ * - "Live" checkboxes (data-refresh) reload their region every few seconds.
+ * - "Show local time" switches absolute times (<time class="abs">) to the browser's zone.
  * - Table cells get their column's heading as data-label (phones show rows as labelled cards).
  * - The explorer disables orders and states that cannot go together (an order other than
  *   enqueued time reads only the sets of its states), before the form is submitted.
@@ -45,6 +47,52 @@
         toggle.setAttribute("aria-expanded", "true");
       }
     }
+  });
+
+  // -------------------------------------------------------------- live refresh
+  // A ticked <input data-refresh="#region" data-every="ms"> asks its region to reload
+  // itself (htmx "mq:refresh") every interval while the tab is visible.
+  setInterval(function () {
+    if (document.hidden || !window.htmx) { return; }
+    document.querySelectorAll("input[data-refresh]:checked").forEach(function (box) {
+      var every = parseInt(box.getAttribute("data-every"), 10) || 5000;
+      var last = parseInt(box.getAttribute("data-last") || "0", 10);
+      var now = Date.now();
+      if (now - last < every) { return; }
+      box.setAttribute("data-last", String(now));
+      var region = document.querySelector(box.getAttribute("data-refresh"));
+      if (region) { window.htmx.trigger(region, "mq:refresh"); }
+    });
+  }, 1000);
+
+  // -------------------------------------------------------------- local times
+  // <time class="abs" data-utc="..."> show UTC; the "show local time" toggle switches every
+  // one of them to the browser's time zone (remembered for the next page).
+  var LOCAL_KEY = "mqadmin.localTimes";
+  function localTimes() {
+    var on = false;
+    try { on = window.localStorage.getItem(LOCAL_KEY) === "1"; } catch (e) { on = false; }
+    document.querySelectorAll("time.abs[datetime]").forEach(function (el) {
+      if (on) {
+        var d = new Date(el.getAttribute("datetime"));
+        el.textContent = d.toLocaleString(undefined, { year: "numeric", month: "2-digit", day: "2-digit", hour: "2-digit", minute: "2-digit", second: "2-digit", timeZoneName: "short" });
+      } else {
+        el.textContent = el.getAttribute("data-utc");
+      }
+    });
+    document.querySelectorAll(".time-zone-toggle").forEach(function (button) {
+      button.setAttribute("aria-pressed", on ? "true" : "false");
+      button.textContent = on ? "show UTC" : "show local time";
+    });
+  }
+  document.addEventListener("click", function (event) {
+    var button = event.target.closest && event.target.closest(".time-zone-toggle");
+    if (!button) { return; }
+    try {
+      var on = window.localStorage.getItem(LOCAL_KEY) === "1";
+      window.localStorage.setItem(LOCAL_KEY, on ? "0" : "1");
+    } catch (e) { return; }
+    localTimes();
   });
 
   // -------------------------------------------------------------- focus across swaps
@@ -235,6 +283,6 @@
     });
   }
 
-  document.addEventListener("DOMContentLoaded", function () { tick(); selectionState(); orderConstraints(); labelCells(); });
-  document.addEventListener("htmx:afterSettle", function () { tick(); selectionState(); labelCells(); });
+  document.addEventListener("DOMContentLoaded", function () { tick(); selectionState(); orderConstraints(); labelCells(); localTimes(); });
+  document.addEventListener("htmx:afterSettle", function () { tick(); selectionState(); labelCells(); localTimes(); });
 })();

@@ -182,3 +182,38 @@ def test_the_keyboard_keeps_its_place(
     assert page.evaluate("document.activeElement.textContent.trim()") == "Apply filters"
     shot(page, "keyboard-after-apply")
     assert not console.errors, console.errors
+
+
+def test_live_explorer_and_local_times(
+    page: Any,
+    live_server: Any,
+    demo: Demo,  # noqa: F811
+    console: ConsoleLog,
+) -> None:
+    from store import EnqueueRequest
+
+    base = live_server.url
+    log_in(page, base, "/jobs/?store=main&queue=live&state=waiting")
+    assert page.locator("#results table.jobs").count() == 0
+    page.locator("#live-refresh").check()
+    new_id = demo.main.enqueue(EnqueueRequest(name="LiveJob", queue="live")).id
+    page.wait_for_selector(f'#results td.id a[title="{new_id}"]', timeout=12_000)
+
+    # Absolute times switch to the browser's zone (here Tokyo) and back, remembered.
+    tokyo = page.context.browser.new_context(timezone_id="Asia/Tokyo", locale="en-US")
+    tab = tokyo.new_page()
+    try:
+        log_in(tab, base, f"/stores/main/jobs/{demo.flaky}")
+        first = tab.locator("time.abs").first
+        utc = first.inner_text()
+        assert utc.endswith("UTC")
+        tab.locator(".time-zone-toggle").click()
+        assert tab.locator(".time-zone-toggle").get_attribute("aria-pressed") == "true"
+        assert "GMT+9" in first.inner_text() and first.inner_text() != utc
+        tab.reload()
+        assert "GMT+9" in tab.locator("time.abs").first.inner_text()
+        tab.locator(".time-zone-toggle").click()
+        assert tab.locator("time.abs").first.inner_text() == utc
+    finally:
+        tokyo.close()
+    assert not console.errors, console.errors
