@@ -336,6 +336,10 @@ class BulkFilterForm(JobFilterForm):
 
     verb = forms.ChoiceField(choices=JOB_VERBS)
     resume = CursorField()
+    #: The audit entry of the run's previous request (progress adds up over "continue").
+    run = forms.IntegerField(required=False, min_value=1)
+    #: How many jobs the preview counted (the progress bar's whole).
+    expected = forms.IntegerField(required=False, min_value=0)
 
     def to_query(self, default_store: str) -> JobQuery:
         query = super().to_query(default_store)

@@ -34,4 +34,5 @@ urlpatterns = [
     path("bulk/selected/", views.bulk_selected, name="bulk_selected"),
     path("bulk/preview/", views.bulk_preview, name="bulk_preview"),
     path("bulk/run/", views.bulk_run, name="bulk_run"),
+    path("bulk/runs/<int:entry_id>/", views.bulk_result, name="bulk_result"),
 ]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from mqadmin.views.actions import job_action, queue_action, schedule_action
-from mqadmin.views.bulk import bulk_preview, bulk_run, bulk_selected
+from mqadmin.views.bulk import bulk_preview, bulk_result, bulk_run, bulk_selected
 from mqadmin.views.common import HtmxHttpRequest
 from mqadmin.views.flows import flow
 from mqadmin.views.jobs import explorer, job, lookup
@@ -14,6 +14,7 @@ __all__ = [
     "HtmxHttpRequest",
     "audit",
     "bulk_preview",
+    "bulk_result",
     "bulk_run",
     "bulk_selected",
     "explorer",

@@ -235,6 +235,10 @@
       document.querySelectorAll(target.getAttribute("data-select")).forEach(function (box) {
         box.checked = target.checked;
       });
+      // A whole page ticked: offer every job of the filter (through the bulk preview).
+      document.querySelectorAll(".select-all-matching").forEach(function (note) {
+        note.hidden = !target.checked;
+      });
     }
     if (target.matches && target.matches("input[type=checkbox]")) { selectionState(); }
     // Another store means other names, queues and headings: load the whole page for it
@@ -245,6 +249,15 @@
   });
 
   document.addEventListener("click", function (event) {
+    var verbLink = event.target.closest && event.target.closest("a[data-verb-from]");
+    if (verbLink) {
+      var chooser = document.querySelector(verbLink.getAttribute("data-verb-from"));
+      if (chooser && chooser.value) {
+        event.preventDefault();
+        window.location.href = verbLink.getAttribute("href") + "&verb=" + encodeURIComponent(chooser.value);
+        return;
+      }
+    }
     var button = event.target.closest && event.target.closest("[data-confirm]");
     if (button && !window.confirm(button.getAttribute("data-confirm"))) {
       event.preventDefault();
