@@ -75,6 +75,8 @@ LIVE_WORKER_MS = 60_000
 #: A schedule is overdue when its next run is this far in the past: twice the
 #: default schedule sweep interval of workers and runsweepers (15 s).
 OVERDUE_AFTER_MS = 30_000
+#: Schedules the schedules page shows per store (each reads its last runs).
+MAX_SCHEDULE_ROWS = 200
 #: Bulk runs: ids per chunk (each id is its own store call), items and rows per request.
 BULK_CHUNK = 500
 BULK_MAX_ITEMS = 5000
@@ -1309,6 +1311,9 @@ class ScheduleRow:
     tz: str
     next_runs: list[int]
     overdue_by: int
+    paused: bool = False
+    #: The latest jobs it fired (newest first), with their states.
+    last_runs: list[Any] = field(default_factory=list)
 
 
 @dataclass
@@ -1326,7 +1331,9 @@ def schedules_overview() -> list[ScheduleStore]:
         try:
             job_store = open_store(name)
             with reaching(name):
-                records = job_store.list_schedules()
+                records = job_store.list_schedules()[:MAX_SCHEDULE_ROWS]
+                paused = job_store.paused_schedules()
+                last_runs = {r.key: job_store.schedule_last_runs(r) for r in records}
             now = job_store.now()
         except StoreUnavailable as exc:
             item.error = exc.message
@@ -1341,7 +1348,11 @@ def schedules_overview() -> list[ScheduleStore]:
                     cadence=cadence.describe_schedule(record),
                     tz=record.tz or "UTC",
                     next_runs=cadence.next_run_times(record, now),
-                    overdue_by=overdue_by if overdue_by > OVERDUE_AFTER_MS else 0,
+                    overdue_by=overdue_by
+                    if overdue_by > OVERDUE_AFTER_MS and record.key not in paused
+                    else 0,
+                    paused=record.key in paused,
+                    last_runs=last_runs.get(record.key, []),
                 )
             )
         out.append(item)

@@ -39,6 +39,7 @@ class StoreKeys:
         self.flow_gc = f"{tag}:flow:gc"
         self.outbox_unroutable = f"{tag}:outbox:unroutable"
         self.schedules = f"{tag}:schedules"
+        self.schedules_paused = f"{tag}:schedules:paused"
         self.qnames = f"{tag}:qnames"
         self.workers = f"{tag}:workers"
         self.stats_pruned = f"{tag}:stats:pruned"
