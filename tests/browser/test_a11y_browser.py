@@ -18,8 +18,42 @@ pytestmark = pytest.mark.django_db(transaction=True)
 AXE = Path(__file__).resolve().parent / "vendor" / "axe.min.js"
 
 
+def bulk_run_entry(demo: Demo) -> int:  # noqa: F811
+    """The audit entry of a finished bulk run (its result page is one of the pages)."""
+    from django.contrib.auth import get_user_model
+
+    from mqadmin.models import AuditEntry
+
+    user = get_user_model().objects.get(username="ops")
+    entry = AuditEntry.record(
+        user,
+        "bulk_retry",
+        store="main",
+        target="store=main states=failed",
+        params={
+            "query": "store=main&state=failed",
+            "verb": "retry",
+            "count": 2,
+            "succeeded": 1,
+            "scanned": 2,
+            "ids": [demo.flaky, "j-1"],
+            "failed": [
+                ["j-1", "Cannot retry j-1: the job is completed — only failed jobs can be retried."]
+            ],
+            "failed_count": 1,
+            "done_before": 0,
+            "expected": 2,
+            "stopped_at": None,
+        },
+        result="retry: 1 succeeded, 1 failed",
+        ok=False,
+    )
+    return int(entry.id)
+
+
 def pages(demo: Demo) -> dict[str, str]:  # noqa: F811
     return {
+        "bulk-result": f"/bulk/runs/{bulk_run_entry(demo)}/",
         "overview": "/",
         "explorer": "/jobs/?store=main",
         "explorer-failed": "/jobs/?store=main&state=failed",
