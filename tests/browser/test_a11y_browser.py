@@ -135,6 +135,10 @@ def test_no_page_scrolls_sideways_on_a_390px_phone(
             phone.wait_for_load_state("networkidle")
             shot(phone, f"phone-{label}")
             phone.screenshot(path=str(ARTIFACTS / f"phone-{label}-top.png"))
+            if AXE.exists():
+                violations = run_axe(phone)
+                if violations:
+                    wide.append(f"{label} at 390 px: {describe(violations)}")
             width = phone.evaluate("document.documentElement.scrollWidth")
             if width > 390:
                 culprits = phone.evaluate(
@@ -250,4 +254,46 @@ def test_live_explorer_and_local_times(
         assert tab.locator("time.abs").first.inner_text() == utc
     finally:
         tokyo.close()
+    assert not console.errors, console.errors
+
+
+def test_the_explorer_disables_impossible_combinations_before_submit(
+    page: Any,
+    live_server: Any,
+    demo: Demo,  # noqa: F811
+    console: ConsoleLog,
+) -> None:
+    base = live_server.url
+    log_in(page, base, "/jobs/?store=main")
+    order = page.locator("#f-order-by")
+
+    def disabled_options() -> set[str]:
+        return set(order.evaluate("s => [...s.options].filter(o => o.disabled).map(o => o.value)"))
+
+    def disabled_states() -> set[str]:
+        return set(
+            page.locator("input[name=state]").evaluate_all(
+                "els => els.filter(e => e.disabled).map(e => e.value)"
+            )
+        )
+
+    # Nothing ticked: the state orders need states, so they are disabled.
+    assert disabled_options() == {"run_at", "finished_at", "position"}
+    page.locator("input[name=state][value=failed]").check()
+    assert disabled_options() == {"run_at", "position"}
+    order.select_option("finished_at")
+    # Finished time serves terminal states only: the others cannot be ticked.
+    assert disabled_states() == {"waiting", "delayed", "active", "waiting-children"}
+    page.locator("input[name=state][value=completed]").check()
+    before = page.locator("#results").inner_html()
+    page.get_by_role("button", name="Apply filters").click()
+    page.wait_for_function(
+        "html => document.querySelector('#results').innerHTML !== html", arg=before
+    )
+    assert "finished-time sets of completed, failed jobs" in page.inner_text(".plan")
+    # Back to automatic: every state can be ticked again.
+    order.select_option("auto")
+    assert disabled_states() == set()
+    page.locator("input[name=state][value=waiting]").check()
+    assert disabled_options() == {"run_at", "finished_at", "position"}
     assert not console.errors, console.errors
