@@ -414,7 +414,7 @@ def plan_query(job_store: Any, query: JobQuery) -> QueryPlan:
                 kwargs["name"],
                 kwargs["metadata"],
                 query.order,
-                job_store._queue_names(),
+                job_store.queue_name_pairs(),
             )
         else:
             plan = plan_list_query(

@@ -209,6 +209,10 @@ class InsightOperations:
             pairs.append((queue, name))
         return sorted(pairs)
 
+    def queue_name_pairs(self) -> list[tuple[str, str]]:
+        """Every (queue, job name) pair that ever held a job, sorted."""
+        return self._queue_names()
+
     def queue_names(self) -> list[str]:
         """Every queue that ever held a job."""
         queues = {q for q, _ in self._queue_names()}
