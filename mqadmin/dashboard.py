@@ -40,7 +40,7 @@ ORDER_CHOICES = {"auto": "automatic (the states' own order)", **ORDER_LABELS}
 ORDER_STATES = {
     "finished_at": ("completed", "failed", "cancelled"),
     "run_at": ("delayed",),
-    "position": ("waiting", "active"),
+    "position": ("waiting", "active", "waiting-children"),
 }
 
 
@@ -48,7 +48,8 @@ def auto_order(states: tuple[str, ...] | None) -> str:
     """The order whose sorted sets hold exactly ``states`` (enqueued time when none does).
 
     Terminal states are kept by finished time, delayed by run time, waiting in claim
-    order and active by lock expiry ("queue position" for both); a listing in that
+    order, active by lock expiry and waiting-children by fan-out time ("queue position"
+    for the last three); a listing in that
     order reads only rows of those states, so its pages are exact at any size.
     """
     if not states:
@@ -57,7 +58,7 @@ def auto_order(states: tuple[str, ...] | None) -> str:
         return "finished_at"
     if states == ("delayed",):
         return "run_at"
-    if states in (("waiting",), ("active",)):
+    if states in (("waiting",), ("active",), ("waiting-children",)):
         return "position"
     return "enqueued_at"
 
@@ -352,6 +353,9 @@ def _route_words(route: str, states: tuple[str, ...] | None) -> str:
     kind, _, rest = route.partition(":")
     if route == "active":
         return "the active set (every running job, by lock expiry)"
+    if kind == "parked":
+        where = "every queue" if rest == "<every queue>" else f"queue “{rest}”"
+        return f"the waiting-for-children sets of {where} (by the start of the fan-out run)"
     if kind == "waiting":
         queue, _, name = rest.partition("/")
         where = "every queue" if queue == "<every queue>" else f"queue “{queue}”"
@@ -451,7 +455,7 @@ def _check_order_states(query: JobQuery) -> None:
     states = query.states or ()
     ok = bool(states) and all(s in allowed for s in states)
     if query.order_by == "position":
-        ok = states in (("waiting",), ("active",))
+        ok = states in (("waiting",), ("active",), ("waiting-children",))
     if not ok:
         raise ListOrderUnsupportedError(query.order_by, "states outside the order's sets")
 
@@ -471,9 +475,10 @@ def order_refusal(query: JobQuery, detail: str = "") -> str:
         )
     if query.order_by == "position":
         return (
-            "Ordering by queue position needs only “waiting” or only “active” ticked (it reads "
-            "the waiting sets in claim order, or the active set by lock expiry), or order by "
-            "enqueued time."
+            "Ordering by queue position needs only “waiting”, only “active” or only "
+            "“waiting-children” ticked (it reads the waiting sets in claim order, the active set "
+            "by lock expiry, or the parked flow parents by fan-out time), or order by enqueued "
+            "time."
         )
     return (
         "Ordering by run time needs the state “delayed” alone (it reads the delayed sets): "

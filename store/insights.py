@@ -546,6 +546,8 @@ def _state_cursor(order_field: str, record: JobRecord, fields: Mapping[str, str]
         seq = str(fields.get("seq") or "0")
         priority = int(float(fields.get("priority") or 0))
         return f"{-priority}:{seq.zfill(16)}{record.id}"
+    if order_field == "processed_at":
+        return f"{int(record.processed_at or 0)}:{record.id}"
     if order_field == "lock_expires_at":
         return f"{int(float(fields.get('lock_expires_at') or 0))}:{record.id}"
     value = getattr(record, order_field) or 0

@@ -56,6 +56,10 @@ class StoreKeys:
     def delayed(self, queue: str) -> str:
         return f"{self.tag}:delayed:{queue}"
 
+    def parked(self, queue: str) -> str:
+        """Flow parents of ``queue`` in waiting-children, scored by their fan-out run's start."""
+        return f"{self.tag}:parked:{queue}"
+
     def finished(self, state: str) -> str:
         return f"{self.tag}:finished:{state}"
 

@@ -199,6 +199,7 @@ STATE_ORDERS = {
     "delayed": "run_at",
     "waiting": "position",
     "active": "lock_expires_at",
+    "waiting-children": "processed_at",
 }
 
 
@@ -234,7 +235,8 @@ def plan_state_query(
     ``terminal:<state>:<name>`` (the queue's names, or the given name) in finished
     time; delayed from ``delayed:<queue>`` (every queue when none is given) in run
     time; waiting from the ``waiting:<queue>/<name>`` sets in claim order (priority,
-    then arrival); active from the active set in lock-expiry order.  More than
+    then arrival); active from the active set in lock-expiry order; flow parents in
+    waiting-children from ``parked:<queue>`` by the start of their fan-out run.  More than
     MAX_STATE_SOURCES sets raise ``ListOrderUnsupportedError``.
     """
     if isinstance(states, str):
@@ -290,6 +292,11 @@ def plan_state_query(
         route = "waiting:" + (queue or "<every queue>") + "/" + (name or "<every name>")
         residual = _residual(metadata=meta)
         strip = WAITING_MEMBER_PREFIX
+    elif field_name == "processed_at":
+        queues = [queue] if queue is not None else sorted({q for q, _ in known})
+        sources = [keys.parked(q) for q in queues]
+        route = f"parked:{queue}" if queue else "parked:<every queue>"
+        residual = _residual(name=name, metadata=meta)
     else:
         sources = [keys.active]
         route = "active"

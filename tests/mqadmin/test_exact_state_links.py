@@ -75,7 +75,7 @@ def test_the_automatic_order_follows_the_states(stores: Stores, admin_client_: C
         "state=delayed": "delayed:&lt;every queue&gt;",
         "queue=q&state=waiting": "waiting:q/&lt;every name&gt;",
         "state=active": "active",
-        "queue=q&state=waiting-children": "byqueue:q",
+        "queue=q&state=waiting-children": "parked:q",
         "queue=q&state=waiting&state=failed": "byqueue:q",
         "queue=q&state=failed&order_by=enqueued_at": "byqueue:q",
     }
@@ -94,7 +94,9 @@ def test_the_explorer_marks_which_states_each_order_serves(
     assert '<option value="auto" selected' in html or '<option value="auto">' in html
     assert 'value="run_at" data-states="delayed"' in html
     assert 'value="finished_at" data-states="completed failed cancelled"' in html
-    assert 'value="position" data-states="waiting active" data-single-state' in html
+    assert (
+        'value="position" data-states="waiting active waiting-children" data-single-state' in html
+    )
     assert 'id="order-conflict"' in html
 
 

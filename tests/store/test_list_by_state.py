@@ -105,8 +105,46 @@ def test_mixed_or_unknown_states_are_refused(store: RedisJobStore):
     with pytest.raises(ListOrderUnsupportedError):
         store.list_by_state(["failed", "waiting"])
     with pytest.raises(ListOrderUnsupportedError):
-        store.list_by_state(["waiting-children"])
+        store.list_by_state(["waiting-children", "active"])
     with pytest.raises(InvalidRequestError):
         store.list_by_state(["nope"])
     with pytest.raises(InvalidRequestError):
         store.list_by_state(["failed"], queue="")
+
+
+def test_flow_parents_waiting_for_children_are_listed_exactly(store, clock, redis_client):
+    from store import FanOut, FlowChildReport, FlowChildSpec, ParentEnvelope
+    from store.flow_runtime import child_job_id
+
+    parents = []
+    for n in range(3):
+        parent = store.enqueue(EnqueueRequest(name="Parent", queue="reports", payload=n)).id
+        claim_job(store, queue="reports", names=["Parent"], token=f"p{n}")
+        spec = FlowChildSpec(
+            child_key="only",
+            store_key=store.store_key,
+            request=EnqueueRequest(
+                id=child_job_id(store.store_key, parent, "only"),
+                name="Child",
+                queue="parts",
+                parent=ParentEnvelope("F", parent, "only", store.store_key, 1),
+            ),
+        )
+        store.ack(parent, f"p{n}", FanOut(False, [spec]))
+        parents.append(parent)
+        clock.advance(10)
+    # Many newer rows of the queue in other states.
+    store.enqueue_many(
+        [EnqueueRequest(name="Parent", queue="reports", payload=i) for i in range(2500)]
+    )
+    page = store.list_by_state(["waiting-children"], queue="reports", scan_budget=50)
+    assert [j.id for j in page.items] == parents[::-1] and not page.truncated
+    assert page.route == "parked:reports"
+    assert _page_all(store, states=["waiting-children"], order="asc") == parents
+    # Leaving the state leaves the set: all children reported -> waiting; cancelled.
+    store.record_child_results(
+        [FlowChildReport(flow_id=parents[0], child_key="only", outcome="completed", exit=None)]
+    )
+    store.cancel(parents[1])
+    assert [j.id for j in store.list_by_state(["waiting-children"]).items] == [parents[2]]
+    assert redis_client.zcard(store.keys.parked("reports")) == 1

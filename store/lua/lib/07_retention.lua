@@ -27,6 +27,8 @@ local function delete_job(id)
     redis.call('ZREM', k_delayed(queue), id)
   elseif state == 'active' then
     redis.call('ZREM', K_ACTIVE, id)
+  elseif state == 'waiting-children' then
+    redis.call('ZREM', k_parked(queue), id)
   elseif is_terminal(state) then
     redis.call('ZREM', k_finished(state), id)
     redis.call('ZREM', k_terminal(name, state), id)
