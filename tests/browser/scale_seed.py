@@ -7,7 +7,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from store import Complete, EnqueueRequest, Fail, RedisJobStore
+from store import (
+    Complete,
+    EnqueueRequest,
+    Fail,
+    FanOut,
+    FlowChildSpec,
+    ParentEnvelope,
+    RedisJobStore,
+)
+from store.flow_runtime import child_job_id
 from store.jobs import encode_failure
 
 CHUNK = 500
@@ -116,5 +125,23 @@ def seed_scale(client: Any, prefix: str, now_ms: int, store_key: str = "main") -
         job_store.claim(
             queue="mail", names=["SendEmail"], token=f"run:{i}", lock_duration_ms=3_600_000
         )
+    # Flow parents waiting for their children (one child each, in the same store).
+    for n in range(3):
+        parent = job_store.enqueue(EnqueueRequest(name="BuildReport", queue="reports")).id
+        job_store.claim(queue="reports", names=["BuildReport"], token=f"flow:{n}")
+        key = f"part-{n}"
+        spec = FlowChildSpec(
+            child_key=key,
+            store_key=store_key,
+            request=EnqueueRequest(
+                id=child_job_id(store_key, parent, key),
+                name="RenderPart",
+                queue="parts",
+                parent=ParentEnvelope("Report", parent, key, store_key, 1),
+            ),
+        )
+        job_store.ack(parent, f"flow:{n}", FanOut(False, [spec]))
+        job_store.enqueue(spec.request)
+        seeded.total += 2
     seeded.by_queue = job_store.counts_by_queue()
     return seeded

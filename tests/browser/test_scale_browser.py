@@ -71,6 +71,7 @@ def test_every_count_link_opens_rows_of_its_state_at_100k_jobs(
         "waiting",
         "delayed",
         "active",
+        "waiting-children",
         "completed",
         "failed",
         "cancelled",
