@@ -39,6 +39,26 @@ fi
 echo "installing the playwright Python package into $VENV_PY"
 "$VENV_PY" -m pip install --quiet playwright
 
+# axe-core (MPL-2.0) for the accessibility checks, from the npm registry through npm
+# itself (npm verifies the package's integrity); only axe.min.js and its licence are
+# kept, in tests/browser/vendor/ (git-ignored).  No CDN is used.
+AXE_VERSION="${AXE_VERSION:-4.10.3}"
+AXE_DIR="tests/browser/vendor"
+if [ -f "$AXE_DIR/axe.min.js" ] && head -c 40 "$AXE_DIR/axe.min.js" | grep -q "axe v$AXE_VERSION"; then
+    echo "axe-core $AXE_VERSION already in $AXE_DIR"
+elif command -v npm >/dev/null 2>&1; then
+    tmp="$(mktemp -d)"
+    (cd "$tmp" && npm pack "axe-core@$AXE_VERSION" --silent >/dev/null \
+        && tar xzf "axe-core-$AXE_VERSION.tgz" package/axe.min.js package/LICENSE)
+    mkdir -p "$AXE_DIR"
+    cp "$tmp/package/axe.min.js" "$AXE_DIR/axe.min.js"
+    cp "$tmp/package/LICENSE" "$AXE_DIR/axe-core.LICENSE"
+    rm -rf "$tmp"
+    echo "axe-core $AXE_VERSION installed in $AXE_DIR"
+else
+    echo "npm not found: the accessibility tests will be skipped (install npm and rerun)" >&2
+fi
+
 "$VENV_PY" - <<'PY'
 import playwright
 from importlib.metadata import version
