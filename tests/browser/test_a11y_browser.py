@@ -61,6 +61,7 @@ def pages(demo: Demo) -> dict[str, str]:  # noqa: F811
         "flow": "/stores/main/flows/demo/monthly-report",
         "failures": "/failures/?store=main",
         "workers": "/workers/",
+        "job-metrics": "/metrics/jobs/",
         "outbox": "/outbox/",
         "indexes": "/indexes/",
         "schedules": "/schedules/",
