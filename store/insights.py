@@ -18,7 +18,13 @@ from typing import TYPE_CHECKING, Any
 
 from store import codec
 from store.errors import InvalidRequestError, JobStoreError
-from store.listing import DEFAULT_SCAN_BUDGET, parse_cursor, plan_state_query
+from store.listing import (
+    DEFAULT_SCAN_BUDGET,
+    list_script_args,
+    parse_cursor,
+    plan_state_query,
+    read_list_reply,
+)
 from store.records import JobRecord, ListResult
 
 if TYPE_CHECKING:
@@ -268,48 +274,36 @@ class InsightOperations:
         plan = plan_state_query(
             self.keys, states, queue, name, metadata, order, self._queue_names()
         )
-        position = parse_cursor(cursor)
-        limit = max(1, int(limit))
+        parse_cursor(cursor)  # a malformed cursor is refused even when nothing can match
         if plan.empty:
             return StateListResult(
                 [], None, route=plan.route, order_field=plan.order_field, residual=plan.residual
             )
-        args: list[Any] = [
-            plan.order,
-            limit,
-            max(int(scan_budget), limit + 1),
-            "1" if position else "0",
-            position[0] if position else "",
-            position[1] if position else "",
-            plan.queue,
-            plan.name,
-            plan.states,
-            len(plan.sources),
-            *plan.sources,
-            len(plan.metadata),
-        ]
-        for key, value in plan.metadata.items():
-            args.extend((key, value))
+        args = list_script_args(
+            order=plan.order,
+            limit=limit,
+            scan_budget=scan_budget,
+            cursor=cursor,
+            queue=plan.queue,
+            name=plan.name,
+            states=plan.states,
+            sources=plan.sources,
+            metadata=plan.metadata,
+        )
         args.append(plan.strip)
-        reply = self._run("list", *args)
-        more, truncated, scanned = reply[0] == "1", reply[1] == "1", int(reply[2])
+        page = read_list_reply(self._run("list", *args))
         items: list[JobRecord] = []
         cursors: list[str] = []
-        for k in range(7, len(reply), 2):
-            fields = codec.pairs_to_dict(reply[k + 1])
-            record = codec.record_from_hash(reply[k], fields)
+        for job_id, flat in page.rows:
+            fields = codec.pairs_to_dict(flat)
+            record = codec.record_from_hash(job_id, fields)
             items.append(record)
             cursors.append(_state_cursor(plan.order_field, record, fields))
-        next_cursor = None
-        if truncated and reply[6]:
-            next_cursor = f"{int(float(reply[5]))}:{reply[6]}"
-        elif more:
-            next_cursor = f"{int(float(reply[3]))}:{reply[4]}"
         return StateListResult(
             items,
-            next_cursor,
-            truncated,
-            scanned,
+            page.next_cursor,
+            page.truncated,
+            page.scanned,
             item_cursors=tuple(cursors),
             route=plan.route,
             order_field=plan.order_field,
@@ -382,41 +376,27 @@ class InsightOperations:
         if not isinstance(group, str) or not _GROUP_ID.match(group):
             raise InvalidRequestError(f"not an error group id: {str(group)[:40]!r}")
         plan = plan_state_query(self.keys, ["failed"], queue, name, metadata, order, [])
-        position = parse_cursor(cursor)
-        limit = max(1, int(limit))
-        args: list[Any] = [
-            plan.order,
-            limit,
-            max(int(scan_budget), limit + 1),
-            "1" if position else "0",
-            position[0] if position else "",
-            position[1] if position else "",
-            queue or "",
-            name or "",
-            "failed",
-            1,
-            self.keys.error_jobs(group),
-            len(plan.metadata),
-        ]
-        for key, value in plan.metadata.items():
-            args.extend((key, value))
-        reply = self._run("list", *args)
-        more, truncated, scanned = reply[0] == "1", reply[1] == "1", int(reply[2])
+        args = list_script_args(
+            order=plan.order,
+            limit=limit,
+            scan_budget=scan_budget,
+            cursor=cursor,
+            queue=queue or "",
+            name=name or "",
+            states="failed",
+            sources=[self.keys.error_jobs(group)],
+            metadata=plan.metadata,
+        )
+        page = read_list_reply(self._run("list", *args))
         items = [
-            codec.record_from_hash(reply[k], codec.pairs_to_dict(reply[k + 1]))
-            for k in range(7, len(reply), 2)
+            codec.record_from_hash(job_id, codec.pairs_to_dict(flat)) for job_id, flat in page.rows
         ]
         cursors = [f"{int(r.finished_at or 0)}:{r.id}" for r in items]
-        next_cursor = None
-        if truncated and reply[6]:
-            next_cursor = f"{int(float(reply[5]))}:{reply[6]}"
-        elif more:
-            next_cursor = f"{int(float(reply[3]))}:{reply[4]}"
         return StateListResult(
             items,
-            next_cursor,
-            truncated,
-            scanned,
+            page.next_cursor,
+            page.truncated,
+            page.scanned,
             item_cursors=tuple(cursors),
             route=f"error:{group}",
             order_field="finished_at",

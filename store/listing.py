@@ -18,7 +18,7 @@ enqueued_at     ``byname:<name>`` / ``byqueue:<queue>`` /    the rest of queue,
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from store.codec import check_text, validate_metadata
@@ -66,6 +66,67 @@ def parse_cursor(cursor: str | None) -> tuple[str, str] | None:
             f"malformed cursor {cursor[:80]!r}: expected '<order value>:<job id>' as returned by a previous page"
         )
     return match.group(1), match.group(2)
+
+
+def list_script_args(
+    *,
+    order: str,
+    limit: int,
+    scan_budget: int,
+    cursor: str | None,
+    queue: str,
+    name: str,
+    states: str,
+    sources: Sequence[str],
+    metadata: Mapping[str, str],
+) -> list[object]:
+    """ARGV of ``list.lua`` (its header documents them), from a planned query.
+
+    The scan budget cuts residual scans; it never shrinks a page the caller asked for.
+    """
+    position = parse_cursor(cursor)
+    limit = max(1, int(limit))
+    args: list[object] = [
+        order,
+        limit,
+        max(int(scan_budget), limit + 1),
+        "1" if position else "0",
+        position[0] if position else "",
+        position[1] if position else "",
+        queue,
+        name,
+        states,
+        len(sources),
+        *sources,
+        len(metadata),
+    ]
+    for key, value in metadata.items():
+        args.extend((key, value))
+    return args
+
+
+@dataclass(frozen=True)
+class ListReply:
+    """A decoded ``list.lua`` reply: the page's raw rows and where the next page starts."""
+
+    more: bool
+    truncated: bool
+    scanned: int
+    #: (job id, flat HGETALL pairs) per row, in page order.
+    rows: list[tuple[str, list[str]]]
+    next_cursor: str | None
+
+
+def read_list_reply(reply: list) -> ListReply:
+    """Decode ``list.lua``'s reply (header: more, truncated, scanned, last and resume keys)."""
+    more, truncated = reply[0] == "1", reply[1] == "1"
+    next_cursor = None
+    if truncated and reply[6]:
+        next_cursor = f"{int(float(reply[5]))}:{reply[6]}"
+    elif more:
+        next_cursor = f"{int(float(reply[3]))}:{reply[4]}"
+    rows = [(reply[k], reply[k + 1]) for k in range(7, len(reply), 2)]
+    return ListReply(more, truncated, int(reply[2]), rows, next_cursor)
 
 
 def plan_list_query(
