@@ -6,8 +6,16 @@
 # with executable_path=/usr/bin/chromium).  `playwright install` is deliberately NOT
 # run: it downloads browser builds from a CDN, which this project does not rely on.
 #
-# Usage: bash scripts/install-browser-deps.sh   (needs root, or sudo, for apt-get)
+# Usage: bash .ci/install-browser-deps.sh          (needs root, or sudo, for apt-get)
+#        bash .ci/install-browser-deps.sh --axe-only  (only axe-core, through npm; no root:
+#                                                      .ci/test-all.sh runs this when a
+#                                                      chromium is present)
 set -euo pipefail
+
+AXE_ONLY=0
+if [ "${1:-}" = "--axe-only" ]; then
+    AXE_ONLY=1
+fi
 
 cd "$(dirname "$0")/.."
 
@@ -19,7 +27,9 @@ if [ ! -x "$VENV_PY" ]; then
     exit 1
 fi
 
-if [ -x "$CHROMIUM" ]; then
+if [ "$AXE_ONLY" = 1 ]; then
+    :
+elif [ -x "$CHROMIUM" ]; then
     echo "chromium already installed: $("$CHROMIUM" --version 2>/dev/null || echo "$CHROMIUM")"
 else
     if ! command -v apt-get >/dev/null 2>&1; then
@@ -36,9 +46,34 @@ else
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y --no-install-recommends chromium
 fi
 
-echo "installing the playwright Python package into $VENV_PY"
-"$VENV_PY" -m pip install --quiet playwright
+if [ "$AXE_ONLY" = 0 ]; then
+    echo "installing the playwright Python package into $VENV_PY"
+    "$VENV_PY" -m pip install --quiet playwright
+fi
 
+# axe-core (MPL-2.0) for the accessibility checks, from the npm registry through npm
+# itself (npm verifies the package's integrity); only axe.min.js and its licence are
+# kept, in tests/browser/vendor/ (git-ignored).  No CDN is used.
+AXE_VERSION="${AXE_VERSION:-4.10.3}"
+AXE_DIR="tests/browser/vendor"
+if [ -f "$AXE_DIR/axe.min.js" ] && head -c 40 "$AXE_DIR/axe.min.js" | grep -q "axe v$AXE_VERSION"; then
+    echo "axe-core $AXE_VERSION already in $AXE_DIR"
+elif command -v npm >/dev/null 2>&1; then
+    tmp="$(mktemp -d)"
+    (cd "$tmp" && npm pack "axe-core@$AXE_VERSION" --silent >/dev/null \
+        && tar xzf "axe-core-$AXE_VERSION.tgz" package/axe.min.js package/LICENSE)
+    mkdir -p "$AXE_DIR"
+    cp "$tmp/package/axe.min.js" "$AXE_DIR/axe.min.js"
+    cp "$tmp/package/LICENSE" "$AXE_DIR/axe-core.LICENSE"
+    rm -rf "$tmp"
+    echo "axe-core $AXE_VERSION installed in $AXE_DIR"
+else
+    echo "npm not found: the accessibility tests will be skipped (install npm and rerun)" >&2
+fi
+
+if [ "$AXE_ONLY" = 1 ]; then
+    exit 0
+fi
 "$VENV_PY" - <<'PY'
 import playwright
 from importlib.metadata import version

@@ -20,6 +20,12 @@ PY=.venv/bin/python
 # module while pytest rewrites a test module), which a fresh clone makes likely.
 "$PY" -m compileall -q store mqadmin tests bench >/dev/null
 
+# The accessibility tests need axe-core (git-ignored, fetched through npm); the browser tests
+# themselves run only where a chromium is installed (`make browser-deps`), else they skip.
+if [ -x "${CHROMIUM:-/usr/bin/chromium}" ] && command -v npm >/dev/null 2>&1; then
+  bash .ci/install-browser-deps.sh --axe-only || echo "axe-core unavailable: the accessibility tests will skip"
+fi
+
 echo "== pass 1: embedded Redis${MQ_TEST_REDIS_URL:+ ($MQ_TEST_REDIS_URL)}, SQLite"
 "$PY" -m pytest "$@"
 

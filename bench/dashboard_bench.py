@@ -219,7 +219,24 @@ def pages(main: Any, flow_id: str) -> Iterator[tuple[str, str, dict[str, str]]]:
         "/jobs/?store=main&name=Job03&meta=tenant%3Dt3",
         {},
     )
-    yield "explorer, state filter (residual, budget)", "/jobs/?store=main&state=failed", {}
+    yield (
+        "explorer, state filter by enqueued time (residual, budget)",
+        "/jobs/?store=main&state=failed&order_by=enqueued_at",
+        {},
+    )
+    # The overview's count links: each state read from its own sets (automatic order).
+    for state in ("waiting", "delayed", "active", "completed", "failed"):
+        yield (
+            f"count link: {QUEUES[1]} {state}",
+            f"/jobs/?store=main&queue={QUEUES[1]}&state={state}",
+            {},
+        )
+    yield "count link: store waiting (every queue)", "/jobs/?store=main&state=waiting", {}
+    group = main.error_groups(limit=1)
+    if group:
+        yield "failed jobs of one error", f"/jobs/?store=main&error={group[0].id}", {}
+    yield "failures (grouped by error)", "/failures/?store=main", {}
+    yield "workers", "/workers/", {}
     yield "lookup by id", f"/jobs/lookup/?store=main&id={failed}", {}
     yield "job page (failed, traceback)", f"/stores/main/jobs/{failed}", {}
     yield "job page (htmx refresh)", f"/stores/main/jobs/{failed}", htmx

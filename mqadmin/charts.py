@@ -54,6 +54,8 @@ class ThroughputChart:
     area: str = ""
     columns: list[Column] = field(default_factory=list)
     ticks: list[Tick] = field(default_factory=list)
+    #: (minute label, counts in SERIES order) for every minute drawn.
+    minute_values: list[tuple[str, list[int]]] = field(default_factory=list)
     width: int = WIDTH
     height: int = HEIGHT
     plot_left: int = MARGIN_LEFT
@@ -63,6 +65,14 @@ class ThroughputChart:
     @property
     def empty(self) -> bool:
         return not any(self.totals.values())
+
+    @property
+    def value_rows(self) -> list[tuple[str, list[int]]]:
+        """(minute label, count per series) of every minute in which a job finished.
+
+        The chart's numbers without hovering (a table the page offers beside the SVG).
+        """
+        return [(label, counts) for label, counts in self.minute_values if any(counts)]
 
     @property
     def series(self) -> list[tuple[str, str, int]]:
@@ -80,7 +90,7 @@ class ThroughputChart:
             f'<line class="grid" x1="{self.plot_left}" y1="{self.plot_top}" '
             f'x2="{self.width}" y2="{self.plot_top}"></line>',
             f'<text class="axis-label" x="{self.plot_left - 6}" y="{self.plot_top + 8}" '
-            f'text-anchor="end">{self.peak}</text>',
+            f'text-anchor="end">{self.peak:,}</text>',
             f'<text class="axis-label" x="{self.plot_left - 6}" y="{self.plot_bottom}" '
             'text-anchor="end">0</text>',
         ]
@@ -151,6 +161,12 @@ def throughput_chart(series: dict[str, list[tuple[int, int]]]) -> ThroughputChar
         )
     by_state = {state: series.get(state, []) for state in SERIES}
     for i, (minute_ms, _) in enumerate(reference):
+        chart.minute_values.append(
+            (
+                f"{_clock(minute_ms)} UTC",
+                [by_state[state][i][1] if i < len(by_state[state]) else 0 for state in SERIES],
+            )
+        )
         counts = ", ".join(
             f"{by_state[state][i][1] if i < len(by_state[state]) else 0} {state}"
             for state in SERIES

@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from mqadmin import cadence, services
@@ -27,12 +27,41 @@ logger = logging.getLogger(__name__)
 
 STATES = services.STATES
 TERMINAL = ("completed", "failed", "cancelled")
-ORDER_FIELDS = ("enqueued_at", "run_at", "finished_at")
+ORDER_FIELDS = ("enqueued_at", "run_at", "finished_at", "position")
 ORDER_LABELS = {
     "enqueued_at": "enqueued time",
     "run_at": "run time",
     "finished_at": "finished time",
+    "position": "queue position",
 }
+#: The explorer's order choices: "auto" picks the order the ticked states are kept in.
+ORDER_CHOICES = {"auto": "automatic (the states' own order)", **ORDER_LABELS}
+#: Which states each order other than enqueued time can list (the store keeps them so).
+ORDER_STATES = {
+    "finished_at": ("completed", "failed", "cancelled"),
+    "run_at": ("delayed",),
+    "position": ("waiting", "active", "waiting-children"),
+}
+
+
+def auto_order(states: tuple[str, ...] | None) -> str:
+    """The order whose sorted sets hold exactly ``states`` (enqueued time when none does).
+
+    Terminal states are kept by finished time, delayed by run time, waiting in claim
+    order, active by lock expiry and waiting-children by fan-out time ("queue position"
+    for the last three); a listing in that
+    order reads only rows of those states, so its pages are exact at any size.
+    """
+    if not states:
+        return "enqueued_at"
+    if all(s in TERMINAL for s in states):
+        return "finished_at"
+    if states == ("delayed",):
+        return "run_at"
+    if states in (("waiting",), ("active",), ("waiting-children",)):
+        return "position"
+    return "enqueued_at"
+
 
 #: Rows one list call may examine (the store's default budget).
 SCAN_BUDGET = 2000
@@ -47,6 +76,8 @@ LIVE_WORKER_MS = 60_000
 #: A schedule is overdue when its next run is this far in the past: twice the
 #: default schedule sweep interval of workers and runsweepers (15 s).
 OVERDUE_AFTER_MS = 30_000
+#: Schedules the schedules page shows per store (each reads its last runs).
+MAX_SCHEDULE_ROWS = 200
 #: Bulk runs: ids per chunk (each id is its own store call), items and rows per request.
 BULK_CHUNK = 500
 BULK_MAX_ITEMS = 5000
@@ -113,6 +144,10 @@ class QueueRow:
     counts: dict[str, int]
     paused: bool
     oldest_waiting: Any | None = None
+    #: False when the oldest-runnable search hit a bound (more priority levels or names).
+    oldest_complete: bool = True
+    #: Live workers (announced within LIVE_WORKER_MS) that consume this queue.
+    workers: int = 0
 
     @property
     def count_cells(self) -> list[tuple[str, int]]:
@@ -178,9 +213,17 @@ def overview(with_chart: bool = True) -> list[StoreBoard]:
                 QueueRow(queue, by_queue.get(queue) or dict.fromkeys(STATES, 0), queue in paused)
                 for queue in sorted(set(by_queue) | set(paused))
             ]
+            served: dict[str, int] = {}
+            for worker in job_store.live_workers(max_age_ms=LIVE_WORKER_MS):
+                for queue in worker.queues:
+                    served[queue] = served.get(queue, 0) + 1
+            for row in rows:
+                row.workers = served.get(row.name, 0)
             waiting_rows = [row for row in rows if row.counts.get("waiting")]
             for row in waiting_rows[:OLDEST_WAITING_QUEUES]:
-                row.oldest_waiting = job_store.oldest_waiting(row.name)
+                oldest = job_store.oldest_runnable(row.name)
+                row.oldest_waiting = oldest.record
+                row.oldest_complete = oldest.complete
         except (StoreFailure, RedisError, OSError) as exc:
             logger.warning("store %s (%s) unavailable: %s", name, description, exc)
             boards.append(
@@ -255,6 +298,15 @@ class JobQuery:
     limit: int = 50
     cursor: str | None = None
     before: str | None = None
+    #: The order was chosen automatically from the states (permalinks leave it out).
+    order_auto: bool = False
+    #: An error group id: only failed jobs of that error (from the group's job set).
+    error: str | None = None
+
+    @property
+    def by_state(self) -> bool:
+        """Served from the states' own sorted sets (``list_by_state``), not from an index."""
+        return self.order_by != "enqueued_at" and not self.error
 
     @property
     def shows_finished(self) -> bool:
@@ -283,6 +335,8 @@ class JobQuery:
             parts.append(f"queue={self.queue}")
         if self.name:
             parts.append(f"name={self.name}")
+        if self.error:
+            parts.append(f"error={self.error}")
         if self.states is not None:
             parts.append("states=" + ",".join(self.states))
         parts.extend(f"meta {key}={value}" for key, value in self.metadata.items())
@@ -306,6 +360,25 @@ class QueryPlan:
 
 def _route_words(route: str, states: tuple[str, ...] | None) -> str:
     kind, _, rest = route.partition(":")
+    if route == "active":
+        return "the active set (every running job, by lock expiry)"
+    if kind == "parked":
+        where = "every queue" if rest == "<every queue>" else f"queue “{rest}”"
+        return f"the waiting-for-children sets of {where} (by the start of the fan-out run)"
+    if kind == "waiting":
+        queue, _, name = rest.partition("/")
+        where = "every queue" if queue == "<every queue>" else f"queue “{queue}”"
+        which = "" if name == "<every name>" else f" for “{name}”"
+        return f"the waiting sets of {where}{which} (claim order: priority, then arrival)"
+    if route == "delayed:<every queue>":
+        return "the delayed sets of every queue (scored by run time)"
+    if kind == "terminal" and "<names of " in rest:
+        queue = rest.split("<names of ", 1)[1].rstrip(">")
+        return (
+            f"the finished-time sets of every job name of queue “{queue}” ("
+            + ", ".join(states or ())
+            + ")"
+        )
     if route == "all":
         return "the all-jobs index (every job, scored by enqueued time)"
     if kind == "byname":
@@ -325,22 +398,50 @@ def _route_words(route: str, states: tuple[str, ...] | None) -> str:
 def plan_query(job_store: Any, query: JobQuery) -> QueryPlan:
     """Route ``query`` like the store will (raises :class:`QueryRefused` when it cannot)."""
     from store.errors import InvalidRequestError, ListIndexDisabledError, ListOrderUnsupportedError
-    from store.listing import plan_list_query
+    from store.listing import plan_list_query, plan_state_query
 
     kwargs = query.list_kwargs()
-    try:
-        plan = plan_list_query(
-            job_store.keys,
-            job_store.indexes,
-            kwargs["queue"],
-            kwargs["name"],
-            kwargs["states"],
-            kwargs["metadata"],
-            query.order_by,
-            query.order,
+    if query.error:
+        if query.order_by != "finished_at" or query.states != ("failed",):
+            raise QueryRefused(
+                "Filtering by error lists failed jobs by the time of their failure: tick only "
+                "“failed” and order by finished time (or automatically).",
+                "order_by",
+            )
+        residual = tuple(
+            label for label, value in (("queue", query.queue), ("name", query.name)) if value
+        ) + (("metadata",) if query.metadata else ())
+        return QueryPlan(
+            route=f"error:{query.error}",
+            source="the failed jobs of this error group (kept at fail time, newest 10,000)",
+            residual=residual,
+            order_label=ORDER_LABELS["finished_at"],
         )
+    try:
+        if query.by_state:
+            _check_order_states(query)
+            plan = plan_state_query(
+                job_store.keys,
+                kwargs["states"] or [],
+                kwargs["queue"],
+                kwargs["name"],
+                kwargs["metadata"],
+                query.order,
+                job_store.queue_name_pairs(),
+            )
+        else:
+            plan = plan_list_query(
+                job_store.keys,
+                job_store.indexes,
+                kwargs["queue"],
+                kwargs["name"],
+                kwargs["states"],
+                kwargs["metadata"],
+                query.order_by,
+                query.order,
+            )
     except ListOrderUnsupportedError as exc:
-        raise QueryRefused(order_refusal(query), "order_by") from exc
+        raise QueryRefused(order_refusal(query, exc.message), "order_by") from exc
     except ListIndexDisabledError as exc:
         raise QueryRefused(
             index_refusal(query, exc.index), "name" if exc.index == "name" else "queue"
@@ -355,16 +456,42 @@ def plan_query(job_store: Any, query: JobQuery) -> QueryPlan:
     )
 
 
-def order_refusal(query: JobQuery) -> str:
+def _check_order_states(query: JobQuery) -> None:
+    """Refuse a state order with states its sets do not hold (before any store call)."""
+    from store.errors import ListOrderUnsupportedError
+
+    allowed = ORDER_STATES[query.order_by]
+    states = query.states or ()
+    ok = bool(states) and all(s in allowed for s in states)
+    if query.order_by == "position":
+        ok = states in (("waiting",), ("active",), ("waiting-children",))
+    if not ok:
+        raise ListOrderUnsupportedError(query.order_by, "states outside the order's sets")
+
+
+def order_refusal(query: JobQuery, detail: str = "") -> str:
+    if "more than" in detail:
+        return (
+            f"Listing {', '.join(query.states or ())} jobs in their own order here would merge "
+            f"too many sorted sets ({detail.split('(', 1)[-1].split(')')[0]}): pick a queue or "
+            "a job name, or order by enqueued time."
+        )
     if query.order_by == "finished_at":
         return (
             "Ordering by finished time needs states made only of completed, failed and "
             "cancelled (it reads the finished-time sets): tick only terminal states, or "
             "order by enqueued time."
         )
+    if query.order_by == "position":
+        return (
+            "Ordering by queue position needs only “waiting”, only “active” or only "
+            "“waiting-children” ticked (it reads the waiting sets in claim order, the active set "
+            "by lock expiry, or the parked flow parents by fan-out time), or order by enqueued "
+            "time."
+        )
     return (
-        "Ordering by run time needs one queue and the state “delayed” alone (it reads that "
-        "queue's delayed set): pick a queue and tick only delayed, or order by enqueued time."
+        "Ordering by run time needs the state “delayed” alone (it reads the delayed sets): "
+        "tick only delayed, or order by enqueued time."
     )
 
 
@@ -407,6 +534,10 @@ class ExplorerPage:
     #: Exact number of matching jobs when O(1) counters can tell (queue/states filters only).
     total: int | None = None
     first_page: bool = True
+    #: The store's clock when the page was read (overdue flags).
+    now: int = 0
+    #: Filters naming a queue or job name this store has never seen, in words.
+    unknown: list[str] = field(default_factory=list)
 
 
 def explore(query: JobQuery) -> ExplorerPage:
@@ -418,66 +549,70 @@ def explore(query: JobQuery) -> ExplorerPage:
     exact mirror images of each other (store contract §4.10), so "previous" is
     exact however far one has paged, with no stack of cursors in the URL.
     """
-    from store.errors import InvalidRequestError, ListIndexDisabledError, ListOrderUnsupportedError
-
     job_store = open_store(query.store)
-    plan = plan_query(job_store, query)
-    kwargs = query.list_kwargs()
+    try:
+        plan = plan_query(job_store, query)
+    except QueryRefused:
+        if not (query.order_auto and query.by_state):
+            raise
+        # Too many sets to merge for the automatic order: enqueued time still serves it.
+        return explore(replace(query, order_by="enqueued_at"))
     with reaching(query.store):
-        try:
-            if query.before:
-                result = job_store.list(
-                    **kwargs,
-                    order=query.reversed_order,
-                    cursor=query.before,
-                    limit=query.limit,
-                    scan_budget=SCAN_BUDGET,
-                )
-            else:
-                result = job_store.list(
-                    **kwargs,
-                    order=query.order,
-                    cursor=query.cursor,
-                    limit=query.limit,
-                    scan_budget=SCAN_BUDGET,
-                )
-        except ListOrderUnsupportedError as exc:
-            raise QueryRefused(order_refusal(query), "order_by") from exc
-        except ListIndexDisabledError as exc:
-            raise QueryRefused(index_refusal(query, exc.index)) from exc
-        except InvalidRequestError as exc:
-            raise QueryRefused(str(exc), "cursor") from exc
+        if query.before:
+            result = fetch_page(job_store, query, query.reversed_order, query.before, query.limit)
+        else:
+            result = fetch_page(job_store, query, query.order, query.cursor, query.limit)
         total = _counter_total(job_store, query)
     if query.before and not result.items and not result.truncated:
         # Nothing lies before that row any more (rows were removed): the first page.
-        return explore(JobQuery(**{**query.__dict__, "before": None, "cursor": None}))
+        return explore(replace(query, before=None, cursor=None))
+    page = _explorer_page(query, plan, result, total)
+    page.now = job_store.now()
+    if not page.items and (query.queue or query.name):
+        page.unknown = _unknown_filters(job_store, query)
+    return page
+
+
+def _unknown_filters(job_store: Any, query: JobQuery) -> list[str]:
+    """Say so when a queue or job name filter names something the store never held."""
+    notes = []
+    with reaching(query.store):
+        if query.queue and query.queue not in job_store.queue_names():
+            notes.append(f"No queue named “{query.queue}” has ever held a job in this store.")
+        if query.name and query.name not in job_store.job_names():
+            notes.append(f"No job named “{query.name}” has ever been enqueued in this store.")
+    return notes
+
+
+def _explorer_page(
+    query: JobQuery, plan: QueryPlan, result: Any, total: int | None
+) -> ExplorerPage:
+    cursors = list(getattr(result, "item_cursors", ()) or ())
+    if not cursors:
+        cursors = [_row_cursor(item, query.order_by) for item in result.items]
     if query.before:
         items = list(reversed(result.items))
+        cursors.reverse()
         more_before = result.cursor is not None and not result.truncated
-        page = ExplorerPage(
+        return ExplorerPage(
             query=query,
             plan=plan,
             items=items,
-            next_cursor=_row_cursor(items[-1], query.order_by) if items else query.before,
-            previous_before=_row_cursor(items[0], query.order_by)
-            if items and more_before
-            else None,
+            next_cursor=cursors[-1] if items else query.before,
+            previous_before=cursors[0] if items and more_before else None,
             truncated=result.truncated,
             scanned=result.scanned,
             backward_continue=result.cursor if result.truncated else None,
             total=total,
             first_page=not more_before and not result.truncated,
         )
-        return page
     first = query.cursor is None
     return ExplorerPage(
         query=query,
         plan=plan,
         items=result.items,
         next_cursor=result.cursor,
-        previous_before=(
-            _row_cursor(result.items[0], query.order_by) if result.items and not first else None
-        ),
+        previous_before=cursors[0] if result.items and not first else None,
         truncated=result.truncated,
         scanned=result.scanned,
         total=total,
@@ -485,9 +620,59 @@ def explore(query: JobQuery) -> ExplorerPage:
     )
 
 
+def fetch_page(
+    job_store: Any,
+    query: JobQuery,
+    order: str,
+    cursor: str | None,
+    limit: int,
+    scan_budget: int = SCAN_BUDGET,
+) -> Any:
+    """One store page of ``query``: ``list_by_state`` for a state order, else ``list``.
+
+    Store refusals become :class:`QueryRefused` with the explorer's explanation.
+    """
+    from store.errors import InvalidRequestError, ListIndexDisabledError, ListOrderUnsupportedError
+
+    kwargs = query.list_kwargs()
+    try:
+        if query.error:
+            return job_store.list_by_error(
+                query.error,
+                queue=kwargs["queue"],
+                name=kwargs["name"],
+                metadata=kwargs["metadata"],
+                order=order,
+                cursor=cursor,
+                limit=limit,
+                scan_budget=scan_budget,
+            )
+        if query.by_state:
+            _check_order_states(query)
+            return job_store.list_by_state(
+                kwargs["states"] or [],
+                queue=kwargs["queue"],
+                name=kwargs["name"],
+                metadata=kwargs["metadata"],
+                order=order,
+                cursor=cursor,
+                limit=limit,
+                scan_budget=scan_budget,
+            )
+        return job_store.list(
+            **kwargs, order=order, cursor=cursor, limit=limit, scan_budget=scan_budget
+        )
+    except ListOrderUnsupportedError as exc:
+        raise QueryRefused(order_refusal(query, exc.message), "order_by") from exc
+    except ListIndexDisabledError as exc:
+        raise QueryRefused(index_refusal(query, exc.index)) from exc
+    except InvalidRequestError as exc:
+        raise QueryRefused(str(exc), "cursor") from exc
+
+
 def _counter_total(job_store: Any, query: JobQuery) -> int | None:
     """The exact match count when the filter is only queue and/or states (O(1) counters)."""
-    if query.name or query.metadata:
+    if query.name or query.metadata or query.error:
         return None
     counts = job_store.counts(query.queue) if query.queue else job_store.counts()
     states = query.states if query.states is not None else STATES
@@ -1042,6 +1227,69 @@ def outbox_page(
     )
 
 
+# ---------------------------------------------------------------------- failures
+
+
+@dataclass
+class FailuresView:
+    store: str
+    groups: list[Any]
+    failed_total: int
+    now: int
+
+
+FAILURE_GROUPS = 100
+
+
+def failures_view(store_name: str) -> FailuresView:
+    """A store's failures grouped by error type and message (from the fail-time aggregates)."""
+    job_store = open_store(store_name)
+    with reaching(store_name):
+        groups = job_store.error_groups(limit=FAILURE_GROUPS)
+        failed = job_store.counts().get("failed", 0)
+    return FailuresView(store_name, groups, int(failed), job_store.now())
+
+
+def error_group(store_name: str, group: str) -> Any | None:
+    job_store = open_store(store_name)
+    with reaching(store_name):
+        return job_store.error_group(group)
+
+
+# ---------------------------------------------------------------------- workers
+
+
+@dataclass
+class WorkerStore:
+    store: str
+    workers: list[Any] = field(default_factory=list)
+    #: Queues that hold jobs but that no live worker consumes.
+    unserved: list[str] = field(default_factory=list)
+    now: int = 0
+    error: str | None = None
+
+
+def workers_overview() -> list[WorkerStore]:
+    """Per store: the live worker processes (bounded presence records) and unserved queues."""
+    out: list[WorkerStore] = []
+    for name in services.configured_stores():
+        item = WorkerStore(store=name)
+        try:
+            job_store = open_store(name)
+            with reaching(name):
+                item.workers = job_store.live_workers(max_age_ms=LIVE_WORKER_MS)
+                queues = job_store.queue_names()
+            item.now = job_store.now()
+        except StoreUnavailable as exc:
+            item.error = exc.message
+            out.append(item)
+            continue
+        consumed = {queue for worker in item.workers for queue in worker.queues}
+        item.unserved = [queue for queue in queues if queue not in consumed]
+        out.append(item)
+    return out
+
+
 # ---------------------------------------------------------------------- indexes
 
 
@@ -1120,6 +1368,9 @@ class ScheduleRow:
     tz: str
     next_runs: list[int]
     overdue_by: int
+    paused: bool = False
+    #: The latest jobs it fired (newest first), with their states.
+    last_runs: list[Any] = field(default_factory=list)
 
 
 @dataclass
@@ -1137,7 +1388,9 @@ def schedules_overview() -> list[ScheduleStore]:
         try:
             job_store = open_store(name)
             with reaching(name):
-                records = job_store.list_schedules()
+                records = job_store.list_schedules()[:MAX_SCHEDULE_ROWS]
+                paused = job_store.paused_schedules()
+                last_runs = {r.key: job_store.schedule_last_runs(r) for r in records}
             now = job_store.now()
         except StoreUnavailable as exc:
             item.error = exc.message
@@ -1152,7 +1405,11 @@ def schedules_overview() -> list[ScheduleStore]:
                     cadence=cadence.describe_schedule(record),
                     tz=record.tz or "UTC",
                     next_runs=cadence.next_run_times(record, now),
-                    overdue_by=overdue_by if overdue_by > OVERDUE_AFTER_MS else 0,
+                    overdue_by=overdue_by
+                    if overdue_by > OVERDUE_AFTER_MS and record.key not in paused
+                    else 0,
+                    paused=record.key in paused,
+                    last_runs=last_runs.get(record.key, []),
                 )
             )
         out.append(item)
@@ -1272,11 +1529,8 @@ def bulk_preview(query: JobQuery) -> BulkPreview:
     """How many jobs match (exact from counters when possible, else counted up to a cap) and a sample."""
     job_store = open_store(query.store)
     plan_query(job_store, query)
-    kwargs = query.list_kwargs()
     with reaching(query.store):
-        sample_page = job_store.list(
-            **kwargs, order=query.order, limit=PREVIEW_SAMPLE, scan_budget=SCAN_BUDGET
-        )
+        sample_page = fetch_page(job_store, query, query.order, None, PREVIEW_SAMPLE)
         exact = _counter_total(job_store, query)
         if exact is not None:
             return BulkPreview(exact, False, True, sample_page.items, sample_page.scanned)
@@ -1284,13 +1538,7 @@ def bulk_preview(query: JobQuery) -> BulkPreview:
         scanned = 0
         cursor: str | None = None
         while True:
-            page = job_store.list(
-                **kwargs,
-                order=query.order,
-                cursor=cursor,
-                limit=BULK_CHUNK,
-                scan_budget=SCAN_BUDGET,
-            )
+            page = fetch_page(job_store, query, query.order, cursor, BULK_CHUNK)
             count += len(page.items)
             scanned += page.scanned
             cursor = page.cursor
@@ -1311,20 +1559,13 @@ def bulk_filter(query: JobQuery, verb: str, resume: str | None) -> BulkRun:
     """
     job_store = open_store(query.store)
     plan_query(job_store, query)
-    kwargs = query.list_kwargs()
     items: list[BulkItem] = []
     scanned = 0
     cursor = resume
     with reaching(query.store):
         while True:
             room = BULK_MAX_ITEMS - len(items)
-            page = job_store.list(
-                **kwargs,
-                order=query.order,
-                cursor=cursor,
-                limit=min(BULK_CHUNK, room),
-                scan_budget=SCAN_BUDGET,
-            )
+            page = fetch_page(job_store, query, query.order, cursor, min(BULK_CHUNK, room))
             scanned += page.scanned
             for record in page.items:
                 result = run_job_action(job_store, verb, record.id)

@@ -14,7 +14,7 @@ from django.core.exceptions import ValidationError
 from django.utils.http import url_has_allowed_host_and_scheme
 
 from mqadmin import services
-from mqadmin.dashboard import ORDER_FIELDS, ORDER_LABELS, STATES, JobQuery
+from mqadmin.dashboard import ORDER_CHOICES, STATES, JobQuery, auto_order
 
 #: Longest free-text value accepted (job ids, queue and job names, metadata).
 MAX_TEXT = 1000
@@ -153,9 +153,10 @@ class JobFilterForm(forms.Form):
     meta = MetadataField(required=False)
     order_by = forms.ChoiceField(
         required=False,
-        choices=[(value, ORDER_LABELS[value]) for value in ORDER_FIELDS],
+        choices=list(ORDER_CHOICES.items()),
         error_messages={
-            "invalid_choice": "“%(value)s” is not an order (use enqueued_at, run_at or finished_at)."
+            "invalid_choice": "“%(value)s” is not an order (use auto, enqueued_at, run_at, "
+            "finished_at or position)."
         },
     )
     order = forms.ChoiceField(
@@ -175,6 +176,11 @@ class JobFilterForm(forms.Form):
     )
     cursor = CursorField()
     before = CursorField()
+    error = forms.RegexField(
+        required=False,
+        regex=r"^[0-9a-f]{16}$",
+        error_messages={"invalid": "“error” must be an error group id (16 hex digits)."},
+    )
 
     def clean_queue(self) -> str:
         return _plain_text(self.cleaned_data["queue"], "queue")
@@ -193,13 +199,20 @@ class JobFilterForm(forms.Form):
     def to_query(self, default_store: str) -> JobQuery:
         data = self.cleaned_data
         states = data.get("state") or None
+        state_tuple = tuple(s for s in STATES if s in states) if states else None
+        error = data.get("error") or None
+        if error and state_tuple is None:
+            state_tuple = ("failed",)  # an error filter lists failed jobs
+        requested = data.get("order_by") or "auto"
         return JobQuery(
             store=data.get("store") or default_store,
             queue=data.get("queue") or None,
             name=data.get("name") or None,
-            states=tuple(s for s in STATES if s in states) if states else None,
+            states=state_tuple,
             metadata=data.get("meta") or {},
-            order_by=data.get("order_by") or "enqueued_at",
+            order_by=auto_order(state_tuple) if requested == "auto" else requested,
+            order_auto=requested == "auto",
+            error=error,
             order=data.get("order") or "desc",
             limit=data.get("limit") or DEFAULT_LIMIT,
             cursor=data.get("cursor"),
@@ -218,11 +231,12 @@ def query_string(query: JobQuery, **overrides: Any) -> str:
         "name": query.name,
         "state": list(query.states) if query.states else None,
         "meta": [f"{key}={value}" for key, value in query.metadata.items()] or None,
-        "order_by": query.order_by if query.order_by != "enqueued_at" else None,
+        "order_by": None if query.order_auto else query.order_by,
         "order": query.order if query.order != "desc" else None,
         "limit": query.limit if query.limit != DEFAULT_LIMIT else None,
         "cursor": query.cursor,
         "before": query.before,
+        "error": query.error,
     }
     values.update(overrides)
     for key, value in values.items():
@@ -266,6 +280,8 @@ class JobActionForm(forms.Form):
     store = StoreField()
     job_id = forms.CharField(max_length=MAX_TEXT, strip=False)
     next = NextField()
+    #: The explorer page (with its filter) the job was opened from: where a removal returns.
+    back = NextField()
 
 
 class QueueActionForm(forms.Form):
@@ -320,6 +336,10 @@ class BulkFilterForm(JobFilterForm):
 
     verb = forms.ChoiceField(choices=JOB_VERBS)
     resume = CursorField()
+    #: The audit entry of the run's previous request (progress adds up over "continue").
+    run = forms.IntegerField(required=False, min_value=1)
+    #: How many jobs the preview counted (the progress bar's whole).
+    expected = forms.IntegerField(required=False, min_value=0)
 
     def to_query(self, default_store: str) -> JobQuery:
         query = super().to_query(default_store)
@@ -359,6 +379,10 @@ class OutboxPageForm(forms.Form):
         min_value=0,
         error_messages={"invalid": "“after” must be an outbox entry number."},
     )
+
+
+class FailuresForm(forms.Form):
+    store = StoreField(required=False)
 
 
 class AuditFilterForm(forms.Form):

@@ -22,7 +22,9 @@ urlpatterns = [
     path("jobs/lookup/", views.lookup, name="lookup"),
     path("stores/<str:store>/jobs/<path:job_id>", views.job, name="job"),
     path("stores/<str:store>/flows/<path:flow_id>", views.flow, name="flow"),
+    path("failures/", views.failures, name="failures"),
     path("outbox/", views.outbox, name="outbox"),
+    path("workers/", views.workers, name="workers"),
     path("indexes/", views.indexes, name="indexes"),
     path("schedules/", views.schedules, name="schedules"),
     path("audit/", views.audit, name="audit"),
@@ -37,4 +39,5 @@ urlpatterns = [
     path("metrics/jobs/", views.job_metrics, name="job_metrics"),
     path("healthz/", views.healthz, name="healthz"),
     path("readyz/", views.readyz, name="readyz"),
+    path("bulk/runs/<int:entry_id>/", views.bulk_result, name="bulk_result"),
 ]

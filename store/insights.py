@@ -10,14 +10,22 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from store import codec
-from store.errors import JobStoreError
-from store.records import JobRecord
+from store.errors import InvalidRequestError, JobStoreError
+from store.listing import (
+    DEFAULT_SCAN_BUDGET,
+    list_script_args,
+    parse_cursor,
+    plan_state_query,
+    read_list_reply,
+)
+from store.records import JobRecord, ListResult
 
 if TYPE_CHECKING:
     from store.keys import StoreKeys
@@ -28,6 +36,23 @@ STATS_RETENTION_MS = 48 * 3_600_000
 #: At most this many minute fields are deleted per call when pruning.
 STATS_PRUNE_BATCH = 500
 THROUGHPUT_STATES = ("completed", "failed", "cancelled")
+
+
+#: Jobs in flight one presence record lists (their total count is kept as well).
+PRESENCE_MAX_IN_FLIGHT = 50
+#: Presence records one read examines (HSCAN pages of PRESENCE_PAGE).
+PRESENCE_MAX_WORKERS = 1000
+PRESENCE_PAGE = 200
+
+
+@dataclass(frozen=True)
+class InFlightJob:
+    """A job a worker is running (or holds prefetched), as its presence record lists it."""
+
+    id: str
+    queue: str
+    name: str
+    started_at: int
 
 
 @dataclass(frozen=True)
@@ -41,6 +66,89 @@ class WorkerInfo:
     routes: list[str]
     started_at: int
     last_seen: int
+    #: Handler slots per queue.
+    concurrency: dict[str, int] = field(default_factory=dict)
+    #: Up to PRESENCE_MAX_IN_FLIGHT running jobs; ``in_flight_count`` is the full number.
+    in_flight: list[InFlightJob] = field(default_factory=list)
+    in_flight_count: int = 0
+    #: Outcomes since the worker started (completed, failed, retried, cancelled, ...).
+    totals: dict[str, int] = field(default_factory=dict)
+    #: When the record stops counting as live (last heartbeat + its validity).
+    expires_at: int = 0
+
+    @property
+    def total_concurrency(self) -> int:
+        return sum(self.concurrency.values())
+
+
+#: Bounds of ``oldest_runnable`` per queue: job names, priority levels per name, jobs per level.
+OLDEST_MAX_NAMES = 50
+OLDEST_LEVELS = 16
+OLDEST_PER_LEVEL = 4
+
+
+#: Error groups one ``error_groups`` call returns at most.
+ERROR_GROUPS_MAX_PAGE = 200
+_GROUP_ID = re.compile(r"^[0-9a-f]{16}$")
+
+
+@dataclass(frozen=True)
+class ErrorGroup:
+    """Failures of one error type and message (digits folded), aggregated at fail time."""
+
+    id: str
+    type: str
+    module: str
+    #: The first message seen (messages differing only in digits share a group).
+    message: str
+    count: int
+    first_seen: int
+    last_seen: int
+    last_job: str
+    last_queue: str
+    last_name: str
+    #: Failed-job ids the group keeps (the newest 10,000), for listing and bulk retry.
+    jobs_kept: int = 0
+
+    @property
+    def qualified_type(self) -> str:
+        if self.module and self.module not in ("builtins", "__main__"):
+            return f"{self.module}.{self.type}"
+        return self.type
+
+
+def error_group_id(error_type: str, module: str, message: str) -> str:
+    """The group id the fail path gives an error (mirrors ``lua/lib/08a_errors.lua``)."""
+    import hashlib
+
+    raw = message.encode("utf-8")[:300]
+    folded = re.sub(rb"[0-9]+", b"#", raw)
+    digest = hashlib.sha1(  # noqa: S324 - a grouping key, not a security measure
+        module.encode("utf-8") + b"\0" + error_type.encode("utf-8") + b"\0" + folded
+    )
+    return digest.hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class OldestRunnable:
+    """The longest-runnable waiting job of a queue (None: nothing waits)."""
+
+    record: JobRecord | None
+    #: Waiting jobs read to find it.
+    examined: int
+    #: False when a bound (names, priority levels) left some candidates unread.
+    complete: bool
+
+
+@dataclass(frozen=True)
+class StateListResult(ListResult):
+    """A state listing's page: which structure served it, and each row's own cursor."""
+
+    #: ``"<order value>:<member>"`` of every item (the "previous page" links start there).
+    item_cursors: tuple[str, ...] = ()
+    route: str = ""
+    order_field: str = ""
+    residual: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -67,6 +175,7 @@ class InsightOperations:
     keys: StoreKeys
     client: Any
     _command: Callable[..., Any]
+    _run: Callable[..., Any]
     now: Callable[[], int]
     get_job: Callable[[str], JobRecord | None]
 
@@ -106,6 +215,10 @@ class InsightOperations:
             pairs.append((queue, name))
         return sorted(pairs)
 
+    def queue_name_pairs(self) -> list[tuple[str, str]]:
+        """Every (queue, job name) pair that ever held a job, sorted."""
+        return self._queue_names()
+
     def queue_names(self) -> list[str]:
         """Every queue that ever held a job."""
         queues = {q for q, _ in self._queue_names()}
@@ -118,21 +231,177 @@ class InsightOperations:
         """Job names seen in this store (optionally in one queue)."""
         return sorted({n for q, n in self._queue_names() if queue is None or q == queue})
 
-    def oldest_waiting(self, queue: str) -> JobRecord | None:
-        """The waiting job of ``queue`` that has been runnable longest (by run_at)."""
-        heads = []
-        pipe = self.client.pipeline(transaction=False)
+    def oldest_runnable(self, queue: str) -> OldestRunnable:
+        """The waiting job of ``queue`` runnable longest (smallest run_at), priorities included.
+
+        Bounded: at most OLDEST_MAX_NAMES job names of the queue, OLDEST_LEVELS priority
+        levels per name and OLDEST_PER_LEVEL jobs at the head of each level are read
+        (``complete`` is False when a limit left candidates unread).
+        """
         names = self.job_names(queue)
-        for name in names:
-            pipe.zrange(self.keys.waiting(queue, name), 0, 0)
+        complete = len(names) <= OLDEST_MAX_NAMES
+        reply = self._run(
+            "oldest_runnable", queue, OLDEST_LEVELS, OLDEST_PER_LEVEL, *names[:OLDEST_MAX_NAMES]
+        )
+        job_id, examined = reply[0], int(reply[2])
+        complete = complete and reply[3] == "0"
+        record = self.get_job(job_id) if job_id else None
+        return OldestRunnable(record, examined, complete)
+
+    def oldest_waiting(self, queue: str) -> JobRecord | None:
+        """The waiting job of ``queue`` that has been runnable longest (see ``oldest_runnable``)."""
+        return self.oldest_runnable(queue).record
+
+    def list_by_state(
+        self,
+        states: list[str],
+        queue: str | None = None,
+        name: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+        order: str = "desc",
+        cursor: str | None = None,
+        limit: int = 50,
+        scan_budget: int = DEFAULT_SCAN_BUDGET,
+    ) -> StateListResult:
+        """One page of jobs in ``states``, read from the sets that hold exactly those states.
+
+        The order is the one the state's structure keeps (see
+        ``store.listing.plan_state_query``): finished time for terminal states, run
+        time for delayed, claim order for waiting ("asc" = next to be claimed first),
+        lock expiry for active.  Rows are checked against the filters as in ``list``
+        (a row that changed state since it was read is skipped), so a page is exact.
+        """
+        plan = plan_state_query(
+            self.keys, states, queue, name, metadata, order, self._queue_names()
+        )
+        parse_cursor(cursor)  # a malformed cursor is refused even when nothing can match
+        if plan.empty:
+            return StateListResult(
+                [], None, route=plan.route, order_field=plan.order_field, residual=plan.residual
+            )
+        args = list_script_args(
+            order=plan.order,
+            limit=limit,
+            scan_budget=scan_budget,
+            cursor=cursor,
+            queue=plan.queue,
+            name=plan.name,
+            states=plan.states,
+            sources=plan.sources,
+            metadata=plan.metadata,
+        )
+        args.append(plan.strip)
+        page = read_list_reply(self._run("list", *args))
+        items: list[JobRecord] = []
+        cursors: list[str] = []
+        for job_id, flat in page.rows:
+            fields = codec.pairs_to_dict(flat)
+            record = codec.record_from_hash(job_id, fields)
+            items.append(record)
+            cursors.append(_state_cursor(plan.order_field, record, fields))
+        return StateListResult(
+            items,
+            page.next_cursor,
+            page.truncated,
+            page.scanned,
+            item_cursors=tuple(cursors),
+            route=plan.route,
+            order_field=plan.order_field,
+            residual=plan.residual,
+        )
+
+    # -------------------------------------------------------- error aggregates
+
+    def error_groups(self, limit: int = 50) -> list[ErrorGroup]:
+        """The error groups seen most recently first (at most ERROR_GROUPS_MAX_PAGE)."""
+        limit = max(1, min(int(limit), ERROR_GROUPS_MAX_PAGE))
+        ids = self._command("error_groups", "zrevrange", self.keys.errors(), 0, limit - 1)
+        return self._load_groups(list(ids))
+
+    def error_group(self, group: str) -> ErrorGroup | None:
+        if not isinstance(group, str) or not _GROUP_ID.match(group):
+            raise InvalidRequestError(f"not an error group id: {str(group)[:40]!r}")
+        found = self._load_groups([group])
+        return found[0] if found else None
+
+    def _load_groups(self, ids: list[str]) -> list[ErrorGroup]:
+        if not ids:
+            return []
+        pipe = self.client.pipeline(transaction=False)
+        for gid in ids:
+            pipe.hgetall(self.keys.error(gid))
+            pipe.zcard(self.keys.error_jobs(gid))
         try:
-            for member_list in pipe.execute() if names else []:
-                if member_list:
-                    heads.append(member_list[0][16:])
+            replies = pipe.execute()
         except Exception as exc:
-            raise JobStoreError(f"oldest_waiting failed: {exc}", exc) from exc
-        records = [r for r in (self.get_job(job_id) for job_id in heads) if r is not None]
-        return min(records, key=lambda r: (r.run_at, r.enqueued_at), default=None)
+            raise JobStoreError(f"error_groups failed: {exc}", exc) from exc
+        groups = []
+        for k, gid in enumerate(ids):
+            fields, kept = replies[2 * k], replies[2 * k + 1]
+            if not fields:
+                continue
+            groups.append(
+                ErrorGroup(
+                    id=gid,
+                    type=fields.get("type", ""),
+                    module=fields.get("module", ""),
+                    message=fields.get("message", ""),
+                    count=int(fields.get("count") or 0),
+                    first_seen=int(fields.get("first_seen") or 0),
+                    last_seen=int(fields.get("last_seen") or 0),
+                    last_job=fields.get("last_job", ""),
+                    last_queue=fields.get("last_queue", ""),
+                    last_name=fields.get("last_name", ""),
+                    jobs_kept=int(kept or 0),
+                )
+            )
+        return groups
+
+    def list_by_error(
+        self,
+        group: str,
+        queue: str | None = None,
+        name: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+        order: str = "desc",
+        cursor: str | None = None,
+        limit: int = 50,
+        scan_budget: int = DEFAULT_SCAN_BUDGET,
+    ) -> StateListResult:
+        """Failed jobs of one error group, by the time of that failure (``finished_at``).
+
+        Read from the group's job set: a job retried since (no longer failed) is
+        skipped, a removed one healed away.
+        """
+        if not isinstance(group, str) or not _GROUP_ID.match(group):
+            raise InvalidRequestError(f"not an error group id: {str(group)[:40]!r}")
+        plan = plan_state_query(self.keys, ["failed"], queue, name, metadata, order, [])
+        args = list_script_args(
+            order=plan.order,
+            limit=limit,
+            scan_budget=scan_budget,
+            cursor=cursor,
+            queue=queue or "",
+            name=name or "",
+            states="failed",
+            sources=[self.keys.error_jobs(group)],
+            metadata=plan.metadata,
+        )
+        page = read_list_reply(self._run("list", *args))
+        items = [
+            codec.record_from_hash(job_id, codec.pairs_to_dict(flat)) for job_id, flat in page.rows
+        ]
+        cursors = [f"{int(r.finished_at or 0)}:{r.id}" for r in items]
+        return StateListResult(
+            items,
+            page.next_cursor,
+            page.truncated,
+            page.scanned,
+            item_cursors=tuple(cursors),
+            route=f"error:{group}",
+            order_field="finished_at",
+            residual=tuple(r for r in ("queue", "name") if (queue, name)[r == "name"]),
+        )
 
     def lock_info(self, job_id: str) -> LockInfo:
         """The lock token and expiry of a job (the hidden lock fields of its row)."""
@@ -159,15 +428,34 @@ class InsightOperations:
         queues: Mapping[str, list[str]],
         routes: list[str],
         started_at: int,
+        concurrency: Mapping[str, int] | None = None,
+        in_flight: list[InFlightJob] | None = None,
+        totals: Mapping[str, int] | None = None,
+        ttl_ms: int = 60_000,
     ) -> None:
-        """Announce (or refresh) a worker process; stale entries are pruned by readers."""
+        """Announce (or refresh) a worker process; readers drop it ``ttl_ms`` after this call.
+
+        The record is one field of the store's workers hash, bounded in size (at most
+        PRESENCE_MAX_IN_FLIGHT in-flight jobs are listed); expired fields are pruned by
+        ``live_workers``.
+        """
+        now = self.now()
+        running = list(in_flight or [])
         doc = {
             "host": socket.gethostname(),
             "pid": os.getpid(),
             "queues": dict(queues),
             "routes": sorted(routes),
             "started_at": started_at,
-            "last_seen": self.now(),
+            "last_seen": now,
+            "expires_at": now + int(ttl_ms),
+            "concurrency": dict(concurrency or {}),
+            "in_flight": [
+                [job.id, job.queue, job.name, job.started_at]
+                for job in running[:PRESENCE_MAX_IN_FLIGHT]
+            ],
+            "in_flight_count": len(running),
+            "totals": dict(totals or {}),
         }
         self._command("register_worker", "hset", self.keys.workers, worker_id, codec.dumps(doc))
 
@@ -175,28 +463,72 @@ class InsightOperations:
         self._command("unregister_worker", "hdel", self.keys.workers, worker_id)
 
     def live_workers(self, max_age_ms: int = 60_000) -> list[WorkerInfo]:
-        """Workers seen within ``max_age_ms``; older entries are removed."""
-        raw = self._command("live_workers", "hgetall", self.keys.workers)
+        """Workers seen within ``max_age_ms`` (and before their own expiry); older entries are removed.
+
+        Reads at most PRESENCE_MAX_WORKERS records, HSCAN-paged.
+        """
         now = self.now()
         live: list[WorkerInfo] = []
         stale: list[str] = []
-        for worker_id, text in raw.items():
-            doc = json.loads(text)
-            if now - int(doc.get("last_seen", 0)) > max_age_ms:
-                stale.append(worker_id)
-                continue
-            live.append(
-                WorkerInfo(
-                    worker_id=worker_id,
-                    host=str(doc.get("host", "")),
-                    pid=int(doc.get("pid", 0)),
-                    queues={q: list(n) for q, n in doc.get("queues", {}).items()},
-                    routes=list(doc.get("routes", [])),
-                    started_at=int(doc.get("started_at", 0)),
-                    last_seen=int(doc.get("last_seen", 0)),
-                )
+        cursor = 0
+        read = 0
+        while True:
+            cursor, chunk = self._command(
+                "live_workers", "hscan", self.keys.workers, cursor, count=PRESENCE_PAGE
             )
-        if stale:
+            for worker_id, text in chunk.items():
+                read += 1
+                info = _worker_from(worker_id, text)
+                if (
+                    info is None
+                    or now - info.last_seen > max_age_ms
+                    or (info.expires_at and info.expires_at < now)
+                ):
+                    stale.append(worker_id)
+                    continue
+                live.append(info)
+            if int(cursor) == 0 or read >= PRESENCE_MAX_WORKERS:
+                break
+        for start in range(0, min(len(stale), 500), 500):
             # Workers killed without a goodbye age out here.
-            self._command("live_workers", "hdel", self.keys.workers, *stale[:500])
+            self._command("live_workers", "hdel", self.keys.workers, *stale[start : start + 500])
         return sorted(live, key=lambda w: w.worker_id)
+
+
+def _worker_from(worker_id: str, text: str) -> WorkerInfo | None:
+    """A presence record, or None when it cannot be read (such fields are pruned)."""
+    try:
+        doc = json.loads(text)
+        return WorkerInfo(
+            worker_id=worker_id,
+            host=str(doc.get("host", "")),
+            pid=int(doc.get("pid", 0)),
+            queues={q: list(n) for q, n in doc.get("queues", {}).items()},
+            routes=list(doc.get("routes", [])),
+            started_at=int(doc.get("started_at", 0)),
+            last_seen=int(doc.get("last_seen", 0)),
+            concurrency={q: int(n) for q, n in (doc.get("concurrency") or {}).items()},
+            in_flight=[
+                InFlightJob(str(i), str(q), str(n), int(t))
+                for i, q, n, t in doc.get("in_flight") or []
+            ],
+            in_flight_count=int(doc.get("in_flight_count") or 0),
+            totals={k: int(v) for k, v in (doc.get("totals") or {}).items()},
+            expires_at=int(doc.get("expires_at") or 0),
+        )
+    except (ValueError, TypeError, AttributeError):
+        return None
+
+
+def _state_cursor(order_field: str, record: JobRecord, fields: Mapping[str, str]) -> str:
+    """The list cursor naming ``record``'s place in its state structure."""
+    if order_field == "position":
+        seq = str(fields.get("seq") or "0")
+        priority = int(float(fields.get("priority") or 0))
+        return f"{-priority}:{seq.zfill(16)}{record.id}"
+    if order_field == "processed_at":
+        return f"{int(record.processed_at or 0)}:{record.id}"
+    if order_field == "lock_expires_at":
+        return f"{int(float(fields.get('lock_expires_at') or 0))}:{record.id}"
+    value = getattr(record, order_field) or 0
+    return f"{int(value)}:{record.id}"

@@ -39,6 +39,7 @@ class StoreKeys:
         self.flow_gc = f"{tag}:flow:gc"
         self.outbox_unroutable = f"{tag}:outbox:unroutable"
         self.schedules = f"{tag}:schedules"
+        self.schedules_paused = f"{tag}:schedules:paused"
         self.qnames = f"{tag}:qnames"
         self.workers = f"{tag}:workers"
         self.stats_pruned = f"{tag}:stats:pruned"
@@ -61,6 +62,10 @@ class StoreKeys:
 
     def delayed(self, queue: str) -> str:
         return f"{self.tag}:delayed:{queue}"
+
+    def parked(self, queue: str) -> str:
+        """Flow parents of ``queue`` in waiting-children, scored by their fan-out run's start."""
+        return f"{self.tag}:parked:{queue}"
 
     def finished(self, state: str) -> str:
         return f"{self.tag}:finished:{state}"
@@ -96,6 +101,15 @@ class StoreKeys:
 
     def flowchildren(self, flow_id: str) -> str:
         return f"{self.tag}:flowchildren:{flow_id}"
+
+    def errors(self) -> str:
+        return f"{self.tag}:errors"
+
+    def error(self, group: str) -> str:
+        return f"{self.tag}:error:{group}"
+
+    def error_jobs(self, group: str) -> str:
+        return f"{self.tag}:error:{group}:jobs"
 
     def schedule(self, key: str) -> str:
         return f"{self.tag}:schedule:{key}"

@@ -18,7 +18,7 @@ enqueued_at     ``byname:<name>`` / ``byqueue:<queue>`` /    the rest of queue,
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from store.codec import check_text, validate_metadata
@@ -66,6 +66,67 @@ def parse_cursor(cursor: str | None) -> tuple[str, str] | None:
             f"malformed cursor {cursor[:80]!r}: expected '<order value>:<job id>' as returned by a previous page"
         )
     return match.group(1), match.group(2)
+
+
+def list_script_args(
+    *,
+    order: str,
+    limit: int,
+    scan_budget: int,
+    cursor: str | None,
+    queue: str,
+    name: str,
+    states: str,
+    sources: Sequence[str],
+    metadata: Mapping[str, str],
+) -> list[object]:
+    """ARGV of ``list.lua`` (its header documents them), from a planned query.
+
+    The scan budget cuts residual scans; it never shrinks a page the caller asked for.
+    """
+    position = parse_cursor(cursor)
+    limit = max(1, int(limit))
+    args: list[object] = [
+        order,
+        limit,
+        max(int(scan_budget), limit + 1),
+        "1" if position else "0",
+        position[0] if position else "",
+        position[1] if position else "",
+        queue,
+        name,
+        states,
+        len(sources),
+        *sources,
+        len(metadata),
+    ]
+    for key, value in metadata.items():
+        args.extend((key, value))
+    return args
+
+
+@dataclass(frozen=True)
+class ListReply:
+    """A decoded ``list.lua`` reply: the page's raw rows and where the next page starts."""
+
+    more: bool
+    truncated: bool
+    scanned: int
+    #: (job id, flat HGETALL pairs) per row, in page order.
+    rows: list[tuple[str, list[str]]]
+    next_cursor: str | None
+
+
+def read_list_reply(reply: list) -> ListReply:
+    """Decode ``list.lua``'s reply (header: more, truncated, scanned, last and resume keys)."""
+    more, truncated = reply[0] == "1", reply[1] == "1"
+    next_cursor = None
+    if truncated and reply[6]:
+        next_cursor = f"{int(float(reply[5]))}:{reply[6]}"
+    elif more:
+        next_cursor = f"{int(float(reply[3]))}:{reply[4]}"
+    rows = [(reply[k], reply[k + 1]) for k in range(7, len(reply), 2)]
+    return ListReply(more, truncated, int(reply[2]), rows, next_cursor)
 
 
 def plan_list_query(
@@ -182,3 +243,142 @@ def plan_list_query(
 
 def _residual(**filters: object) -> tuple[str, ...]:
     return tuple(k for k, v in filters.items() if v)
+
+
+# ---------------------------------------------------------------- exact state listings
+
+#: Sorted sets one state listing may merge (each a head in the list script).
+MAX_STATE_SOURCES = 64
+#: Length of the sequence prefix of a waiting-set member (16 zero-padded digits).
+WAITING_MEMBER_PREFIX = 16
+
+#: The order each state's own structure keeps.
+STATE_ORDERS = {
+    "completed": "finished_at",
+    "failed": "finished_at",
+    "cancelled": "finished_at",
+    "delayed": "run_at",
+    "waiting": "position",
+    "active": "lock_expires_at",
+    "waiting-children": "processed_at",
+}
+
+
+@dataclass(frozen=True)
+class StatePlan(ListPlan):
+    """A state listing: the state's own sorted sets, so every row read is (nearly) a match."""
+
+    order_field: str = ""
+    strip: int = 0
+
+
+def state_order(states: Iterable[str]) -> str | None:
+    """The order the store keeps ``states`` in, when one structure family holds them all."""
+    orders = {STATE_ORDERS.get(s) for s in states}
+    if len(orders) != 1 or None in orders:
+        return None
+    return orders.pop()
+
+
+def plan_state_query(
+    keys: StoreKeys,
+    states: Iterable[str],
+    queue: str | None,
+    name: str | None,
+    metadata: Mapping[str, str] | None,
+    order: str,
+    pairs: Iterable[tuple[str, str]],
+) -> StatePlan:
+    """Route a listing of ``states`` to the structures that hold exactly those states.
+
+    ``pairs`` are the store's known (queue, job name) pairs: they name the per-name
+    finished sets of a queue and the waiting sets.  Terminal states are read from
+    ``terminal:<state>:<name>`` (the queue's names, or the given name) in finished
+    time; delayed from ``delayed:<queue>`` (every queue when none is given) in run
+    time; waiting from the ``waiting:<queue>/<name>`` sets in claim order (priority,
+    then arrival); active from the active set in lock-expiry order; flow parents in
+    waiting-children from ``parked:<queue>`` by the start of their fan-out run.  More than
+    MAX_STATE_SOURCES sets raise ``ListOrderUnsupportedError``.
+    """
+    if isinstance(states, str):
+        raise InvalidRequestError("states must be a list of states, not a string")
+    state_list = list(dict.fromkeys(states))
+    unknown = [s for s in state_list if s not in ALL_STATES]
+    if unknown:
+        raise InvalidRequestError(f"unknown states {unknown}; valid: {', '.join(ALL_STATES)}")
+    if order not in ("asc", "desc"):
+        raise InvalidRequestError(f"order must be 'asc' or 'desc', got {order!r}")
+    meta = dict(validate_metadata(metadata or {}))
+    for label, value in (("queue", queue), ("name", name)):
+        if value is not None and (not isinstance(value, str) or value == ""):
+            raise InvalidRequestError(f"{label} filter must be a non-empty string, got {value!r}")
+        if value is not None:
+            check_text(value, f"{label} filter")
+    field_name = state_order(state_list) if state_list else None
+    if field_name is None:
+        raise ListOrderUnsupportedError(
+            "state",
+            "a state listing needs states kept in one order: terminal states (finished time), "
+            "delayed (run time), waiting (claim order) or active (lock expiry)",
+        )
+    known = sorted(set(pairs))
+    strip = 0
+    if field_name == "finished_at":
+        if name is not None:
+            names = [name]
+        elif queue is not None:
+            names = sorted({n for q, n in known if q == queue})
+        else:
+            names = []
+        if names:
+            sources = [keys.terminal(n, s) for s in state_list for n in names]
+            route = f"terminal:<state>:{name}" if name else f"terminal:<state>:<names of {queue}>"
+        else:
+            sources = [keys.finished(s) for s in state_list]
+            route = "finished:<state>"
+        residual = _residual(queue=queue, metadata=meta)
+    elif field_name == "run_at":
+        queues = [queue] if queue is not None else sorted({q for q, _ in known})
+        sources = [keys.delayed(q) for q in queues]
+        route = f"delayed:{queue}" if queue else "delayed:<every queue>"
+        residual = _residual(name=name, metadata=meta)
+    elif field_name == "position":
+        sources = [
+            keys.waiting(q, n)
+            for q, n in known
+            if (queue is None or q == queue) and (name is None or n == name)
+        ]
+        if name is not None and queue is not None and not sources:
+            sources = [keys.waiting(queue, name)]
+        route = "waiting:" + (queue or "<every queue>") + "/" + (name or "<every name>")
+        residual = _residual(metadata=meta)
+        strip = WAITING_MEMBER_PREFIX
+    elif field_name == "processed_at":
+        queues = [queue] if queue is not None else sorted({q for q, _ in known})
+        sources = [keys.parked(q) for q in queues]
+        route = f"parked:{queue}" if queue else "parked:<every queue>"
+        residual = _residual(name=name, metadata=meta)
+    else:
+        sources = [keys.active]
+        route = "active"
+        residual = _residual(queue=queue, name=name, metadata=meta)
+    if len(sources) > MAX_STATE_SOURCES:
+        raise ListOrderUnsupportedError(
+            "state",
+            f"listing these states reads {len(sources)} sorted sets (more than "
+            f"{MAX_STATE_SOURCES}): give a queue or a job name",
+        )
+    return StatePlan(
+        sources,
+        order,
+        route,
+        queue=queue or "",
+        name=name or "",
+        # The sources hold only these states; the row check guards against a race.
+        states=",".join(state_list),
+        metadata=meta,
+        residual=residual,
+        empty=not sources,
+        order_field=field_name,
+        strip=strip,
+    )

@@ -17,7 +17,6 @@ Both are bounded whatever the number of jobs:
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -78,13 +77,12 @@ def metrics_snapshot(store: RedisJobStore) -> StoreSnapshot:
     pipe = store.client.pipeline(transaction=False)
     pipe.hgetall(keys.counts)
     pipe.hgetall(keys.finished_total)
-    pipe.hgetall(keys.workers)
     pipe.zcard(keys.outbox)
     pipe.zcount(keys.schedules, "-inf", f"({now - SCHEDULE_OVERDUE_MS}")
     for kind in INDEX_KINDS:
         pipe.exists(keys.index_ready(kind))
     try:
-        counts_raw, finished_raw, workers_raw, outbox, overdue, *markers = pipe.execute()
+        counts_raw, finished_raw, outbox, overdue, *markers = pipe.execute()
     except Exception as exc:
         raise JobStoreError(f"metrics snapshot failed: {exc}", exc) from exc
 
@@ -98,14 +96,9 @@ def metrics_snapshot(store: RedisJobStore) -> StoreSnapshot:
         queue, _, state = name.rpartition("|")
         if state in TERMINAL_STATES:
             finished.setdefault(queue, dict.fromkeys(TERMINAL_STATES, 0))[state] = int(value)
-    live = 0
-    for text in workers_raw.values():
-        try:
-            last_seen = int(json.loads(text).get("last_seen", 0))
-        except (ValueError, TypeError, AttributeError):
-            continue
-        if now - last_seen <= WORKER_LIVE_MS:
-            live += 1
+    # The store's own liveness rule (last seen within the window and before its expiry),
+    # HSCAN-paged and bounded however many workers announced themselves.
+    live = len(store.live_workers(max_age_ms=WORKER_LIVE_MS))
 
     oldest: dict[str, int] = dict.fromkeys(counts, 0)
     waiting = sorted(q for q, c in counts.items() if c.get("waiting", 0) > 0)

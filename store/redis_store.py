@@ -33,7 +33,13 @@ from store.flows import FlowOperations
 from store.indexes import reconcile_indexes
 from store.insights import InsightOperations
 from store.keys import StoreKeys
-from store.listing import DEFAULT_SCAN_BUDGET, parse_cursor, plan_list_query
+from store.listing import (
+    DEFAULT_SCAN_BUDGET,
+    list_script_args,
+    parse_cursor,
+    plan_list_query,
+    read_list_reply,
+)
 from store.records import (
     ALL_STATES,
     TERMINAL_STATES,
@@ -129,10 +135,6 @@ class ClaimBatch:
     jobs: list[tuple[JobRecord, str]]
     empty: Empty | None
     ack_errors: list[StoreFailure | None]
-
-
-def _score_int(score: str) -> int:
-    return int(float(score))
 
 
 @contextlib.contextmanager
@@ -702,39 +704,25 @@ class RedisJobStore(ScheduleOperations, FlowOperations, InsightOperations):
         plan = plan_list_query(
             self.keys, self.indexes, queue, name, states, metadata, order_by, order
         )
-        position = parse_cursor(cursor)
-        limit = max(1, int(limit))
+        parse_cursor(cursor)  # a malformed cursor is refused even when nothing can match
         if plan.empty:
             return ListResult([], None)
-        args: list[Any] = [
-            plan.order,
-            limit,
-            # The budget cuts residual scans; it never shrinks a page the caller asked for.
-            max(int(scan_budget), limit + 1),
-            "1" if position else "0",
-            position[0] if position else "",
-            position[1] if position else "",
-            plan.queue,
-            plan.name,
-            plan.states,
-            len(plan.sources),
-            *plan.sources,
-            len(plan.metadata),
-        ]
-        for key, value in plan.metadata.items():
-            args.extend((key, value))
-        reply = self._run("list", *args)
-        more, truncated, scanned = reply[0] == "1", reply[1] == "1", int(reply[2])
+        args = list_script_args(
+            order=plan.order,
+            limit=limit,
+            scan_budget=scan_budget,
+            cursor=cursor,
+            queue=plan.queue,
+            name=plan.name,
+            states=plan.states,
+            sources=plan.sources,
+            metadata=plan.metadata,
+        )
+        page = read_list_reply(self._run("list", *args))
         items = [
-            codec.record_from_hash(reply[k], codec.pairs_to_dict(reply[k + 1]))
-            for k in range(7, len(reply), 2)
+            codec.record_from_hash(job_id, codec.pairs_to_dict(flat)) for job_id, flat in page.rows
         ]
-        next_cursor = None
-        if truncated and reply[6]:
-            next_cursor = f"{_score_int(reply[5])}:{reply[6]}"
-        elif more:
-            next_cursor = f"{_score_int(reply[3])}:{reply[4]}"
-        return ListResult(items, next_cursor, truncated, scanned)
+        return ListResult(items, page.next_cursor, page.truncated, page.scanned)
 
     # ------------------------------------------------------------------ admin verbs
 

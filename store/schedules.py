@@ -31,6 +31,8 @@ if TYPE_CHECKING:
 
 #: Schedules fetched per call when listing or collecting due ones.
 SCHEDULE_PAGE = 500
+#: Newest jobs of a schedule's job name looked at for its last runs.
+SCHEDULE_RUN_SCAN = 200
 
 
 # ---------------------------------------------------------------- cadence math
@@ -222,6 +224,8 @@ class ScheduleOperations:
     now: Callable[[], int]
     _signal_wake: Callable[[str], None]
     enqueue: Callable[[EnqueueRequest], EnqueueResult]
+    indexes: Mapping[str, bool]
+    get_jobs: Callable[[list[str]], list[Any]]
 
     def upsert_schedule(self, record: ScheduleRecord) -> ScheduleRecord:
         """Create or replace a schedule; an unchanged cadence keeps the stored next_run_at.
@@ -252,7 +256,68 @@ class ScheduleOperations:
         return result.id
 
     def remove_schedule(self, key: str) -> bool:
-        return bool(self._run("remove_schedule", key))
+        removed = bool(self._run("remove_schedule", key))
+        self._command("remove_schedule", "srem", self.keys.schedules_paused, key)
+        return removed
+
+    # -------------------------------------------------------- pausing
+
+    def pause_schedule(self, key: str) -> bool:
+        """Stop firing a schedule until it is resumed (False: no such schedule).
+
+        A paused schedule stays listed with its cadence; tickers skip it.  A ticker
+        that read it as due just before the pause may still fire that one slot.
+        """
+        if self.get_schedule(key) is None:
+            return False
+        self._command("pause_schedule", "sadd", self.keys.schedules_paused, key)
+        return True
+
+    def resume_schedule(self, key: str) -> bool:
+        """Fire a paused schedule again, from its next occurrence after now (False: not paused).
+
+        Slots missed while paused are not caught up: next_run_at moves past now.
+        """
+        if not self._command("resume_schedule", "srem", self.keys.schedules_paused, key):
+            return False
+        schedule = self.get_schedule(key)
+        now = self.now()
+        if schedule is not None and schedule.next_run_at <= now:
+            upcoming = next_occurrence(schedule, schedule.next_run_at, now)
+            if upcoming is not None:
+                self.advance_schedule(key, schedule.next_run_at, upcoming)
+        return True
+
+    def paused_schedules(self) -> set[str]:
+        """Keys of the paused schedules (read in SSCAN pages)."""
+        keys: set[str] = set()
+        cursor = 0
+        while True:
+            cursor, chunk = self._command(
+                "paused_schedules", "sscan", self.keys.schedules_paused, cursor, count=500
+            )
+            keys.update(chunk)
+            if int(cursor) == 0:
+                return keys
+
+    def schedule_last_runs(self, schedule: ScheduleRecord, limit: int = 3) -> list[Any]:
+        """The latest jobs a schedule fired (its ``sched/<key>/...`` jobs), newest first.
+
+        Read from the job name's index: at most SCHEDULE_RUN_SCAN of that name's newest
+        jobs are looked at (an empty list when the name index is disabled).
+        """
+        if not self.indexes.get("name", True):
+            return []
+        ids = self._command(
+            "schedule_last_runs",
+            "zrevrange",
+            self.keys.byname(schedule.job_name),
+            0,
+            SCHEDULE_RUN_SCAN - 1,
+        )
+        prefix = f"sched/{schedule.key}/"
+        own = [job_id for job_id in ids if job_id.startswith(prefix)][:limit]
+        return [record for record in self.get_jobs(own) if record is not None]
 
     def get_schedule(self, key: str) -> ScheduleRecord | None:
         h = self._command("get_schedule", "hgetall", self.keys.schedule(key))
@@ -297,10 +362,15 @@ class ScheduleOperations:
         ]
 
     def due_schedules(self) -> list[ScheduleRecord]:
-        """Schedules with next_run_at <= now, earliest first."""
+        """Schedules with next_run_at <= now, earliest first (paused ones are not due)."""
         now = self.now()
+        paused = self.paused_schedules()
         # Rows are read after the index: one advanced in between is no longer due.
-        return [s for s in self._schedules_by_rank(str(now)) if s.next_run_at <= now]
+        return [
+            s
+            for s in self._schedules_by_rank(str(now))
+            if s.next_run_at <= now and s.key not in paused
+        ]
 
     def advance_schedule(self, key: str, expected_run_at: int, next_run_at: int) -> None:
         """Compare-and-set next_run_at; a stale expectation is a silent no-op."""

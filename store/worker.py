@@ -57,6 +57,7 @@ from store.flow_runtime import (
     relay_outbox,
     sweep_flows,
 )
+from store.insights import InFlightJob
 from store.jobs import (
     JOBS,
     Job,
@@ -1038,8 +1039,23 @@ class Worker:
             else:
                 e.deadline = now + self.lock_duration_ms
 
+    def _presence_in_flight(self) -> list[InFlightJob]:
+        running = sorted(
+            self._in_flight.values(), key=lambda e: (e.job.processed_at or 0, e.job.id)
+        )
+        return [
+            InFlightJob(e.job.id, e.job.queue, e.job.name, int(e.job.processed_at or 0))
+            for e in running
+        ]
+
     async def _presence(self) -> None:
-        """Announce this worker (queues, routable store keys) every 10 s so dashboards see it."""
+        """Announce this worker every 10 s so dashboards and health probes see it.
+
+        The record (one field of the store's workers hash) names the host, pid, queues
+        with their concurrency, routable store keys, the jobs in flight (bounded), the
+        outcome totals, the start time and when it expires (three intervals after this
+        announcement); it is removed when the worker stops.
+        """
         started = self.clock()
         try:
             while True:
@@ -1050,6 +1066,10 @@ class Worker:
                         queues=self.queues,
                         routes=self.registry.routable_keys(),
                         started_at=started,
+                        concurrency={q: self.queue_concurrency(q) for q in self._queues},
+                        in_flight=self._presence_in_flight(),
+                        totals=dict(self.stats),
+                        ttl_ms=3 * PRESENCE_INTERVAL_MS,
                     )
                 except Exception:
                     logger.debug("announcing worker presence failed", exc_info=True)

@@ -81,6 +81,25 @@ def reltime(ms: int | float | None, now: int | None = None) -> SafeString:
 
 
 @register.simple_tag
+def bothtimes(ms: int | float | None, now: int | None = None) -> SafeString:
+    """``3 min ago · 2026-12-03 13:40:05 UTC``: the relative and the absolute time side by side.
+
+    The absolute part is a ``<time class="abs">`` that app.js can show in the browser's
+    local time zone (the page's "show local time" toggle).
+    """
+    if ms is None or ms == "":
+        return mark_safe('<span class="muted">—</span>')
+    moment = _datetime(ms)
+    return format_html(
+        '{} <span class="muted">·</span> <time class="abs" datetime="{}" data-utc="{}">{}</time>',
+        relative(ms, now),
+        moment.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+        absolute(ms),
+        absolute(ms),
+    )
+
+
+@register.simple_tag
 def abstime(ms: int | float | None, tz: str | None = None) -> SafeString:
     """An absolute time (in ``tz`` when given, with the UTC time as tooltip)."""
     if ms is None or ms == "":
@@ -117,6 +136,45 @@ def countdown(until_ms: int | None, now: int | None = None) -> SafeString:
 def epoch_ms(moment: datetime | None) -> int | None:
     """A datetime as epoch milliseconds (for ``reltime`` on database timestamps)."""
     return None if moment is None else int(moment.timestamp() * 1000)
+
+
+@register.filter
+def job_error(record: Any) -> dict[str, str] | None:
+    """What a failed job failed with: type, message and its error group id (None otherwise)."""
+    from mqadmin.dashboard import failure_of
+    from store.insights import error_group_id
+
+    if getattr(record, "state", None) != "failed":
+        return None
+    failure = failure_of(getattr(record, "exit", None))
+    if failure is not None:
+        return {
+            # The class name alone in lists; the module is in the link's title.
+            "type": failure.type,
+            "qualified_type": failure.qualified_type,
+            "message": failure.message,
+            "group": error_group_id(failure.type, failure.module, failure.message),
+        }
+    reason = getattr(record, "failed_reason", None)
+    if reason:
+        return {
+            "type": "",
+            "qualified_type": "",
+            "message": reason,
+            "group": error_group_id("(no exit)", "", reason),
+        }
+    return None
+
+
+@register.filter
+def thousands(value: Any) -> str:
+    """``182,344``: a whole number with thousands separators (other values unchanged)."""
+    if isinstance(value, bool):
+        return str(value)
+    try:
+        return f"{int(value):,}"
+    except (TypeError, ValueError):
+        return "" if value is None else str(value)
 
 
 @register.filter

@@ -22,7 +22,13 @@ from mqadmin.views.common import dashboard_view, denied, error_page
 
 JOB_VERBS = ("retry", "cancel", "promote", "remove")
 QUEUE_VERBS = ("pause", "resume")
-SCHEDULE_VERBS = {"trigger": "trigger_schedule", "remove": "remove_schedule"}
+#: Pausing and resuming need the permission to remove a schedule (no separate grant).
+SCHEDULE_VERBS = {
+    "trigger": "trigger_schedule",
+    "remove": "remove_schedule",
+    "pause": "remove_schedule",
+    "resume": "remove_schedule",
+}
 
 
 def _refuse(
@@ -62,7 +68,7 @@ def job_action(request: HttpRequest, verb: str) -> HttpResponse:
         request.user, verb, store=store_name, target=job_id, result=result.message, ok=result.ok
     )
     fallback = (
-        reverse("mqadmin:jobs") + f"?store={store_name}"
+        form.cleaned_data["back"] or reverse("mqadmin:jobs") + f"?store={store_name}"
         if verb == "remove" and result.ok
         else reverse("mqadmin:job", args=[store_name, job_id])
     )
@@ -105,7 +111,7 @@ def queue_action(request: HttpRequest, verb: str) -> HttpResponse:
 @require_POST
 @dashboard_view
 def schedule_action(request: HttpRequest, verb: str) -> HttpResponse:
-    """Trigger a schedule now (one extra occurrence) or remove it."""
+    """Trigger a schedule now (one extra occurrence), pause, resume or remove it."""
     if verb not in SCHEDULE_VERBS:
         raise Http404(f"unknown schedule action {verb!r}")
     action = SCHEDULE_VERBS[verb]
@@ -130,6 +136,20 @@ def schedule_action(request: HttpRequest, verb: str) -> HttpResponse:
             else:
                 ok, message = True, f"Triggered “{key}”: enqueued job {job_id}."
                 params["job_id"] = job_id
+        elif verb == "pause":
+            ok = job_store.pause_schedule(key)
+            message = (
+                f"Paused schedule “{key}”: it fires again once resumed."
+                if ok
+                else f"Cannot pause “{key}”: no such schedule."
+            )
+        elif verb == "resume":
+            ok = job_store.resume_schedule(key)
+            message = (
+                f"Resumed schedule “{key}” from its next occurrence."
+                if ok
+                else f"Cannot resume “{key}”: it is not paused."
+            )
         else:
             ok = bool(job_store.remove_schedule(key))
             message = (
@@ -137,7 +157,14 @@ def schedule_action(request: HttpRequest, verb: str) -> HttpResponse:
                 if ok
                 else f"Cannot remove “{key}”: no such schedule (already removed?)."
             )
+    audit_action = f"{verb}_schedule" if verb in ("pause", "resume") else action
     AuditEntry.record(
-        request.user, action, store=store_name, target=key, params=params, result=message, ok=ok
+        request.user,
+        audit_action,
+        store=store_name,
+        target=key,
+        params=params,
+        result=message,
+        ok=ok,
     )
     return _done(request, ok, message, reverse("mqadmin:schedules"), form.cleaned_data["next"])

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, QueryDict
+from django.shortcuts import redirect
+from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from mqadmin import dashboard, forms, permissions
@@ -21,6 +23,8 @@ from mqadmin.views.common import dashboard_view, denied, error_page, page
 RESULT = "mqadmin/bulk.html"
 #: Ids written into one audit entry's params (the rest are counted).
 AUDIT_IDS = 100
+#: Failed items (id and reason) kept per bulk request for its result page.
+AUDIT_FAILED = 500
 
 
 def _refuse(request: HttpRequest, verb: str, store: str, target: str, reason: str) -> HttpResponse:
@@ -125,27 +129,73 @@ def bulk_run(request: HttpRequest) -> HttpResponse:
         run = dashboard.bulk_filter(query, verb, resume)
     except dashboard.QueryRefused as exc:
         return error_page(request, 400, "The store cannot serve that filter", [exc.message])
-    AuditEntry.record(
+    chain = form.cleaned_data.get("run")
+    previous = AuditEntry.objects.filter(id=chain, action=f"bulk_{verb}").first() if chain else None
+    done_before = 0
+    if previous is not None:
+        done_before = int(previous.params.get("done_before", 0)) + int(
+            previous.params.get("count", 0)
+        )
+    entry = AuditEntry.record(
         request.user,
         f"bulk_{verb}",
         store=query.store,
         target=target,
         params={
             "filter": target,
+            "query": forms.query_string(query),
+            "verb": verb,
             "resumed_from": resume,
             "stopped_at": run.resume,
             "count": len(run.items),
+            "succeeded": run.succeeded,
+            "scanned": run.scanned,
             "ids": [item.job_id for item in run.items[:AUDIT_IDS]],
+            "failed": [[item.job_id, item.message] for item in run.failed[:AUDIT_FAILED]],
+            "failed_count": len(run.failed),
+            "done_before": done_before,
+            "expected": form.cleaned_data.get("expected"),
         },
         result=_summary(verb, run.succeeded, len(run.failed)),
         ok=not run.failed,
     )
+    # Post/redirect/get: the results are a page of their own (reload-safe, linkable).
+    return redirect(reverse("mqadmin:bulk_result", args=[entry.id]))
+
+
+@require_GET
+@dashboard_view
+def bulk_result(request: HttpRequest, entry_id: int) -> HttpResponse:
+    """The outcome of one bulk request: counts, progress over the whole run, what failed."""
+    entry = AuditEntry.objects.filter(id=entry_id, action__startswith="bulk_").first()
+    if entry is None or "query" not in entry.params:
+        return error_page(request, 404, "No such bulk run", [f"No bulk run #{entry_id}."])
+    verb = str(entry.params.get("verb", entry.action.removeprefix("bulk_")))
+    reason = permissions.bulk_denial(request.user, verb)
+    if reason:
+        return denied(request, reason)
+    form = _filter_form(QueryDict(str(entry.params["query"])))
+    query = form.to_query(entry.store) if form.is_valid() else None
+    params = entry.params
+    handled = int(params.get("done_before", 0)) + int(params.get("count", 0))
+    expected = params.get("expected")
+    items = [dashboard.BulkItem(job_id, False, message) for job_id, message in params["failed"]]
     context = {
-        "mode": "filter",
+        "mode": "result",
         "verb": verb,
-        "store": query.store,
+        "store": entry.store,
         "query": query,
-        "run": run,
+        "entry": entry,
+        "succeeded": int(params.get("succeeded", 0)),
+        "failed_items": items,
+        "failed_count": int(params.get("failed_count", len(items))),
+        "count": int(params.get("count", 0)),
+        "scanned": int(params.get("scanned", 0)),
+        "resume": params.get("stopped_at"),
+        "handled": handled,
+        "expected": int(expected) if expected else None,
+        "percent": min(100, round(handled * 100 / int(expected))) if expected else None,
         "max_items": dashboard.BULK_MAX_ITEMS,
+        "ok_ids": [i for i in params.get("ids", []) if i not in {f[0] for f in params["failed"]}],
     }
     return page(request, RESULT, context)

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from django.core.exceptions import ValidationError
 from django.http import HttpResponse
 from django.shortcuts import redirect
 from django.urls import reverse
@@ -29,7 +33,7 @@ def explorer(request: HtmxHttpRequest) -> HttpResponse:
     """
     form = forms.JobFilterForm(request.GET)
     store_name = _default_store()
-    context = {"form": form, "states": dashboard.STATES, "order_labels": dashboard.ORDER_LABELS}
+    context = {"form": form, "states": dashboard.STATES, "order_labels": dashboard.ORDER_CHOICES}
     if not form.is_valid():
         return page(
             request,
@@ -56,6 +60,8 @@ def explorer(request: HtmxHttpRequest) -> HttpResponse:
             status=400,
         )
     context["result"] = result
+    if query.error:
+        context["error_group"] = dashboard.error_group(query.store, query.error)
     if not wants_partial(request):
         # Suggestions for the name and queue boxes (full page only: a swap keeps the form).
         context["known_names"] = dashboard.job_names(query.store)
@@ -109,6 +115,57 @@ def job(request: HtmxHttpRequest, store: str, job_id: str) -> HttpResponse:
     return page(
         request,
         "mqadmin/job_detail.html",
-        {"detail": detail, "job": detail.record, "store": store},
+        {
+            "detail": detail,
+            "job": detail.record,
+            "store": store,
+            "back": explorer_back(request),
+            "retried_by": last_manual_retry(store, job_id),
+        },
         partial="summary",
     )
+
+
+def explorer_back(request: HtmxHttpRequest) -> str:
+    """The explorer page (with its filter) the job page was opened from, if any.
+
+    From ``?back=`` (carried by the page's own refreshes) or the Referer; only a local
+    path of the explorer is kept, so actions can return to exactly that filter.
+    """
+    explorer_path = reverse("mqadmin:jobs")
+    candidates = [request.GET.get("back", "")]
+    referer = request.META.get("HTTP_REFERER", "")
+    if referer:
+        parts = urlsplit(referer)
+        if parts.netloc in ("", request.get_host()):
+            candidates.append(parts.path + (f"?{parts.query}" if parts.query else ""))
+    for value in candidates:
+        field = forms.NextField()
+        try:
+            path = field.clean(value)
+        except ValidationError:
+            continue
+        if path and urlsplit(path).path == explorer_path:
+            return path
+    return ""
+
+
+@dataclass(frozen=True)
+class ManualRetry:
+    username: str
+    created_ms: int
+
+
+def last_manual_retry(store: str, job_id: str) -> ManualRetry | None:
+    """Who last retried this job from the dashboard (the audit log), and when."""
+    from mqadmin.models import AuditEntry
+
+    entry = (
+        AuditEntry.objects.filter(action="retry", store=store, target=job_id, ok=True)
+        .order_by("-id")
+        .only("username", "created_at")
+        .first()
+    )
+    if entry is None:
+        return None
+    return ManualRetry(entry.username, int(entry.created_at.timestamp() * 1000))

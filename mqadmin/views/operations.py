@@ -1,4 +1,4 @@
-"""Operations pages: the outbox backlog, index status, schedules and the audit log."""
+"""Operations pages: the outbox backlog, workers, index status, schedules and the audit log."""
 
 from __future__ import annotations
 
@@ -35,6 +35,40 @@ def outbox(request: HtmxHttpRequest) -> HttpResponse:
         "after": form.cleaned_data.get("after"),
     }
     return page(request, "mqadmin/outbox.html", context, partial="entries")
+
+
+@require_GET
+@dashboard_view
+def failures(request: HtmxHttpRequest) -> HttpResponse:
+    """Failed jobs of one store grouped by error type and message, latest first.
+
+    Read from the aggregates the fail path keeps (one hash per error group), never by
+    scanning jobs; each group links to its failed jobs and to a bulk-retry preview.
+    """
+    form = forms.FailuresForm(request.GET)
+    if not form.is_valid():
+        return error_page(request, 400, "Bad failures request", forms.form_errors(form))
+    names = dashboard.store_names()
+    store_name = form.cleaned_data.get("store") or (names[0] if names else "default")
+    view = dashboard.failures_view(store_name)
+    return page(
+        request, "mqadmin/failures.html", {"view": view, "store": store_name}, partial="groups"
+    )
+
+
+@require_GET
+@dashboard_view
+def workers(request: HtmxHttpRequest) -> HttpResponse:
+    """Live worker processes per store: host, pid, queues, concurrency, jobs in flight, totals.
+
+    Refreshes itself every 10 s (htmx partial ``workers``).
+    """
+    return page(
+        request,
+        "mqadmin/workers.html",
+        {"stores": dashboard.workers_overview(), "live_ms": dashboard.LIVE_WORKER_MS},
+        partial="workers",
+    )
 
 
 @require_GET

@@ -8,6 +8,14 @@
  * - "/" focuses the job id lookup box.
  * - Changing the explorer's store reloads the whole page (names, queues and headings change).
  * - "Expand flow" toggles: a second click collapses the nested flow instead of reloading it.
+ * - Focus survives htmx swaps (live refreshes, Next/Previous, Apply): the element that had
+ *   it is found again in the new content (by id, rel, href, or name and value), else the
+ *   swapped region itself takes focus, so a keyboard user never falls back to the top.
+ * - "Live" checkboxes (data-refresh) reload their region every few seconds.
+ * - "Show local time" switches absolute times (<time class="abs">) to the browser's zone.
+ * - Table cells get their column's heading as data-label (phones show rows as labelled cards).
+ * - The explorer disables orders and states that cannot go together (an order other than
+ *   enqueued time reads only the sets of its states), before the form is submitted.
  * Everything uses event delegation, so content swapped in by htmx works without re-binding.
  */
 (function () {
@@ -39,6 +47,101 @@
         toggle.setAttribute("aria-expanded", "true");
       }
     }
+  });
+
+  // -------------------------------------------------------------- live refresh
+  // A ticked <input data-refresh="#region" data-every="ms"> asks its region to reload
+  // itself (htmx "mq:refresh") every interval while the tab is visible.
+  setInterval(function () {
+    if (document.hidden || !window.htmx) { return; }
+    document.querySelectorAll("input[data-refresh]:checked").forEach(function (box) {
+      var every = parseInt(box.getAttribute("data-every"), 10) || 5000;
+      var last = parseInt(box.getAttribute("data-last") || "0", 10);
+      var now = Date.now();
+      if (now - last < every) { return; }
+      box.setAttribute("data-last", String(now));
+      var region = document.querySelector(box.getAttribute("data-refresh"));
+      if (region) { window.htmx.trigger(region, "mq:refresh"); }
+    });
+  }, 1000);
+
+  // -------------------------------------------------------------- local times
+  // <time class="abs" data-utc="..."> show UTC; the "show local time" toggle switches every
+  // one of them to the browser's time zone (remembered for the next page).
+  var LOCAL_KEY = "mqadmin.localTimes";
+  function localTimes() {
+    var on = false;
+    try { on = window.localStorage.getItem(LOCAL_KEY) === "1"; } catch (e) { on = false; }
+    document.querySelectorAll("time.abs[datetime]").forEach(function (el) {
+      if (on) {
+        var d = new Date(el.getAttribute("datetime"));
+        el.textContent = d.toLocaleString(undefined, { year: "numeric", month: "2-digit", day: "2-digit", hour: "2-digit", minute: "2-digit", second: "2-digit", timeZoneName: "short" });
+      } else {
+        el.textContent = el.getAttribute("data-utc");
+      }
+    });
+    document.querySelectorAll(".time-zone-toggle").forEach(function (button) {
+      button.setAttribute("aria-pressed", on ? "true" : "false");
+      button.textContent = on ? "show UTC" : "show local time";
+    });
+  }
+  document.addEventListener("click", function (event) {
+    var button = event.target.closest && event.target.closest(".time-zone-toggle");
+    if (!button) { return; }
+    try {
+      var on = window.localStorage.getItem(LOCAL_KEY) === "1";
+      window.localStorage.setItem(LOCAL_KEY, on ? "0" : "1");
+    } catch (e) { return; }
+    localTimes();
+  });
+
+  // -------------------------------------------------------------- focus across swaps
+  var pendingFocus = null;
+
+  function attr(name, value) { return "[" + name + '="' + CSS.escape(value) + '"]'; }
+
+  function focusKey(el) {
+    if (el.id) { return { selector: "#" + CSS.escape(el.id) }; }
+    var tag = el.tagName.toLowerCase();
+    if (tag === "a") {
+      var rel = el.getAttribute("rel");
+      if (rel) { return { selector: "a" + attr("rel", rel) }; }
+      if (el.getAttribute("href")) { return { selector: "a" + attr("href", el.getAttribute("href")) }; }
+    }
+    if ((tag === "input" || tag === "select" || tag === "button") && el.name) {
+      var sel = tag + attr("name", el.name);
+      if (tag !== "select" && el.value) { sel += attr("value", el.value); }
+      return { selector: sel };
+    }
+    if (tag === "button") { return { selector: "button", text: el.textContent.trim() }; }
+    return null;
+  }
+
+  document.addEventListener("htmx:beforeSwap", function (event) {
+    var target = event.detail && event.detail.target;
+    var active = document.activeElement;
+    if (!target || !active || active === document.body || !target.contains(active)) { return; }
+    var key = focusKey(active);
+    pendingFocus = { key: key, region: target.id || null };
+  });
+
+  document.addEventListener("htmx:afterSettle", function () {
+    if (!pendingFocus) { return; }
+    var pending = pendingFocus;
+    pendingFocus = null;
+    var found = null;
+    if (pending.key) {
+      var scope = (pending.region && document.getElementById(pending.region)) || document;
+      var candidates = scope.querySelectorAll(pending.key.selector);
+      for (var i = 0; i < candidates.length && !found; i += 1) {
+        if (!pending.key.text || candidates[i].textContent.trim() === pending.key.text) { found = candidates[i]; }
+      }
+    }
+    if (!found && pending.region) {
+      found = document.getElementById(pending.region);
+      if (found && !found.hasAttribute("tabindex")) { found.setAttribute("tabindex", "-1"); }
+    }
+    if (found && typeof found.focus === "function") { found.focus({ preventScroll: true }); }
   });
 
   document.addEventListener("visibilitychange", function () {
@@ -81,11 +184,60 @@
     });
   }
 
+  // Orders with data-states list the only states they can serve; ticking another state
+  // disables them, and choosing one disables the other states' boxes.
+  function orderConstraints() {
+    var select = document.getElementById("f-order-by");
+    if (!select || !select.form) { return; }
+    var boxes = Array.prototype.slice.call(select.form.querySelectorAll("input[name=state]"));
+    var ticked = boxes.filter(function (b) { return b.checked; }).map(function (b) { return b.value; });
+    function fits(option) {
+      var allowed = option.getAttribute("data-states");
+      if (!allowed) { return true; }
+      var list = allowed.split(" ");
+      var ok = ticked.length > 0 && ticked.every(function (s) { return list.indexOf(s) >= 0; });
+      return option.hasAttribute("data-single-state") ? ok && ticked.length === 1 : ok;
+    }
+    Array.prototype.forEach.call(select.options, function (option) {
+      option.disabled = !fits(option) && !option.selected;
+    });
+    var chosen = select.options[select.selectedIndex];
+    var only = chosen && chosen.getAttribute("data-states");
+    var single = chosen && chosen.hasAttribute("data-single-state");
+    boxes.forEach(function (box) {
+      var blocked = false;
+      if (only) {
+        blocked = only.split(" ").indexOf(box.value) < 0;
+        if (single && ticked.length && ticked.indexOf(box.value) < 0) { blocked = true; }
+      }
+      box.disabled = blocked && !box.checked;
+      var label = box.closest("label");
+      if (label) { label.classList.toggle("disabled", box.disabled); }
+      if (box.disabled) {
+        box.setAttribute("title", "Not served with the chosen order");
+      } else {
+        box.removeAttribute("title");
+      }
+    });
+    var note = document.getElementById("order-conflict");
+    var conflict = !!chosen && !fits(chosen);
+    if (note) { note.hidden = !conflict; }
+    var apply = select.form.querySelector("button[type=submit]");
+    if (apply) { apply.disabled = !!conflict; }
+  }
+
   document.addEventListener("change", function (event) {
     var target = event.target;
+    if (target.matches && target.matches("#filters input[name=state], #f-order-by")) {
+      orderConstraints();
+    }
     if (target.matches && target.matches("input.select-all[data-select]")) {
       document.querySelectorAll(target.getAttribute("data-select")).forEach(function (box) {
         box.checked = target.checked;
+      });
+      // A whole page ticked: offer every job of the filter (through the bulk preview).
+      document.querySelectorAll(".select-all-matching").forEach(function (note) {
+        note.hidden = !target.checked;
       });
     }
     if (target.matches && target.matches("input[type=checkbox]")) { selectionState(); }
@@ -97,6 +249,15 @@
   });
 
   document.addEventListener("click", function (event) {
+    var verbLink = event.target.closest && event.target.closest("a[data-verb-from]");
+    if (verbLink) {
+      var chooser = document.querySelector(verbLink.getAttribute("data-verb-from"));
+      if (chooser && chooser.value) {
+        event.preventDefault();
+        window.location.href = verbLink.getAttribute("href") + "&verb=" + encodeURIComponent(chooser.value);
+        return;
+      }
+    }
     var button = event.target.closest && event.target.closest("[data-confirm]");
     if (button && !window.confirm(button.getAttribute("data-confirm"))) {
       event.preventDefault();
@@ -111,6 +272,30 @@
     if (box) { event.preventDefault(); box.focus(); }
   });
 
-  document.addEventListener("DOMContentLoaded", function () { tick(); selectionState(); });
-  document.addEventListener("htmx:afterSettle", function () { tick(); selectionState(); });
+  // Each body cell gets the text of its column's heading (colspans counted).
+  function labelCells() {
+    document.querySelectorAll("main table").forEach(function (table) {
+      var head = table.tHead && table.tHead.rows[0];
+      if (!head) { return; }
+      var labels = [];
+      Array.prototype.forEach.call(head.cells, function (cell) {
+        var text = cell.textContent.replace(/\s+/g, " ").trim();
+        for (var i = 0; i < (cell.colSpan || 1); i += 1) { labels.push(text); }
+      });
+      Array.prototype.forEach.call(table.tBodies, function (body) {
+        Array.prototype.forEach.call(body.rows, function (row) {
+          var col = 0;
+          Array.prototype.forEach.call(row.cells, function (cell) {
+            if (!cell.hasAttribute("data-label") && (cell.colSpan || 1) === 1) {
+              cell.setAttribute("data-label", labels[col] || "");
+            }
+            col += cell.colSpan || 1;
+          });
+        });
+      });
+    });
+  }
+
+  document.addEventListener("DOMContentLoaded", function () { tick(); selectionState(); orderConstraints(); labelCells(); localTimes(); });
+  document.addEventListener("htmx:afterSettle", function () { tick(); selectionState(); labelCells(); localTimes(); });
 })();

@@ -72,6 +72,7 @@ if j.cancel_requested then
 elseif pending > 0 then
   redis.call('ZREM', K_ACTIVE, id)
   redis.call('HSET', jk, 'state', 'waiting-children')
+  park(id, j, now)
   redis.call('HDEL', jk, 'lock_token', 'lock_expires_at')
   counts_add(j.queue, 'active', -1)
   counts_add(j.queue, 'waiting-children', 1)

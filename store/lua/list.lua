@@ -6,7 +6,9 @@
 -- ARGV[7]  residual queue ('' = none)   ARGV[8]  residual name ('' = none)
 -- ARGV[9]  residual states, comma-joined ('' = any)
 -- ARGV[10] number of sources n, ARGV[11..10+n] source zset keys (scored by the
---          order value, members are job ids), then m, then m metadata key/value pairs
+--          order value, members are job ids), then m, then m metadata key/value pairs,
+--          then optionally the length of a prefix every member carries before its
+--          job id (the waiting sets' 16-digit sequence; '' or absent = 0)
 --
 -- Reply: {more, truncated, scanned, item_value, item_id, seen_value, seen_id,
 --         id1, pairs1, id2, pairs2, ...}
@@ -31,6 +33,7 @@ for i = 1, n do sources[i] = ARGV[10 + i] end
 local m = tonumber(ARGV[11 + n])
 local f_meta = {}
 for i = 1, m do f_meta[ARGV[10 + n + 2 * i]] = ARGV[11 + n + 2 * i] end
+local strip = tonumber(ARGV[12 + n + 2 * m] or '') or 0
 
 -- Byte-wise string order (Lua's own < follows the server's locale).
 local function bytes_lt(a, b)
@@ -144,7 +147,9 @@ while true do
   h.pos = h.pos + 2
   h.rank = h.rank + 1
   scanned = scanned + 1
-  local jk = k_job(best_id)
+  local job_id = best_id
+  if strip > 0 then job_id = string.sub(best_id, strip + 1) end
+  local jk = k_job(job_id)
   local ok = matches(jk)
   if ok == nil then
     -- An orphan: the row is gone.  Heal this source (ranks after it shift down)
@@ -157,7 +162,7 @@ while true do
       break
     end
     found = found + 1
-    out[#out + 1] = best_id
+    out[#out + 1] = job_id
     out[#out + 1] = redis.call('HGETALL', jk)
     out[4], out[5] = best_raw, best_id
   end

@@ -28,6 +28,7 @@ for _, id in ipairs(expired) do
     if stalled > max_stalled then
       -- The ledger's only entry for this run is 'stalled'; keep pruning is not
       -- applied on this path (the contract's reference behaviour).
+      record_error(id, j, nil, 'job stalled more than allowable limit', now)
       finish(id, j, 'failed', { ledger = 'stalled', prune = false,
         failed_reason = 'job stalled more than allowable limit' }, now)
       out[#out + 1] = id; out[#out + 1] = '1'

@@ -129,6 +129,13 @@ def test_every_store_script_runs_and_succeeds_on_a_cluster_store(
     store.pause("default")
     store.resume("default")
     assert store.list(queue="default", limit=5).items
+    # the dashboard's read models: oldest runnable, state listings, error groups, presence
+    assert store.oldest_runnable("default").record is not None
+    assert store.list_by_state(["waiting"], queue="default", limit=5).items
+    [group] = store.error_groups()
+    assert group.count == 1 and store.list_by_error(group.id).items == []  # retried since
+    store.register_worker("w-1", queues={"default": ["Tour"]}, routes=[], started_at=0)
+    assert [w.worker_id for w in store.live_workers()] == ["w-1"]
 
     # schedules: upsert, tick, advance, remove
     schedule = store.upsert_schedule(

@@ -34,9 +34,11 @@ def fresh_services() -> Iterator[None]:
 
 def cell(html: str, state: str) -> int:
     """The count shown in a store row's cell for ``state`` (first store row)."""
-    match = re.search(rf'data-state="{re.escape(state)}">(\d+)<', html)
+    match = re.search(
+        rf'data-state="{re.escape(state)}"><a class="count-link"[^>]*>([\d,]+)<', html
+    )
     assert match, f"no cell for {state}"
-    return int(match.group(1))
+    return int(match.group(1).replace(",", ""))
 
 
 def test_anonymous_visitors_are_sent_to_the_login_page(client: Client) -> None:

@@ -212,3 +212,44 @@ def test_the_audit_log_pages_by_entry_number(stores: Stores, login: Any) -> None
     second = text_of(client.get(f"/audit/?before={oldest_id + 5}"))
     assert second.count('<tr class="ok-row">') == 5
     assert 'rel="next"' not in second
+
+
+def test_pause_and_resume_a_schedule_and_see_its_last_runs(stores: Stores, login: Any) -> None:
+    main = stores.main
+    main.upsert_schedule(
+        ScheduleRecord(
+            key="Digest/daily",
+            job_name="Digest",
+            queue="mail",
+            cron="0 7 * * *",
+            next_run_at=main.now() + 3_600_000,
+        )
+    )
+    client = login("trigger_schedule", "remove_schedule")
+    client.post("/actions/schedule/trigger/", {"store": "main", "key": "Digest/daily"})
+    page = text_of(client.get("/schedules/"))
+    row = page.split('data-schedule="Digest/daily"', 1)[1].split("</tr>", 1)[0]
+    assert 'href="/stores/main/jobs/sched/Digest/daily/manual/' in row  # its last run
+    assert 'action="/actions/schedule/pause/"' in row
+
+    paused = client.post(
+        "/actions/schedule/pause/", {"store": "main", "key": "Digest/daily"}, follow=True
+    )
+    assert "Paused schedule “Digest/daily”" in text_of(paused)
+    assert main.paused_schedules() == {"Digest/daily"}
+    row = text_of(paused).split('data-schedule="Digest/daily"', 1)[1].split("</tr>", 1)[0]
+    assert 'class="badge paused"' in row and 'action="/actions/schedule/resume/"' in row
+
+    resumed = client.post(
+        "/actions/schedule/resume/", {"store": "main", "key": "Digest/daily"}, follow=True
+    )
+    assert "Resumed schedule “Digest/daily”" in text_of(resumed)
+    assert main.paused_schedules() == set()
+    actions = list(AuditEntry.objects.order_by("id").values_list("action", flat=True))
+    assert actions == ["trigger_schedule", "pause_schedule", "resume_schedule"]
+    # Pausing needs the permission to remove schedules.
+    denied = login("trigger_schedule").post(
+        "/actions/schedule/pause/", {"store": "main", "key": "Digest/daily"}
+    )
+    assert denied.status_code == 403
+    assert main.paused_schedules() == set()

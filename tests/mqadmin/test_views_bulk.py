@@ -84,8 +84,11 @@ def test_preview_counts_exactly_from_counters_and_shows_a_sample(
     assert response.status_code == 200
     assert "<strong>12</strong> jobs match this filter (exact)." in html
     sample = re.findall(r'<td class="id"><a class="mono" href="/stores/main/jobs/([^"]+)">', html)
-    # Newest first, as the store orders them (ties within a millisecond by id string).
-    expected = [r.id for r in stores.main.list(queue="billing", states=["failed"], limit=10).items]
+    # Latest failure first: failed jobs are listed from their finished-time sets
+    # (ties within a millisecond by id string).
+    expected = [
+        r.id for r in stores.main.list_by_state(["failed"], queue="billing", limit=10).items
+    ]
     assert sample == expected and set(sample) <= set(ids)
     assert 'action="/bulk/run/"' in html
     assert '<input type="hidden" name="state" value="failed">' in html
@@ -120,7 +123,7 @@ def test_preview_of_an_unservable_filter_is_a_400(stores: Stores, admin_client_:
     response = admin_client_.get("/bulk/preview/?store=main&verb=retry&order_by=run_at")
 
     assert response.status_code == 400
-    assert "Ordering by run time needs one queue" in text_of(response)
+    assert "Ordering by run time needs the state “delayed” alone" in text_of(response)
 
 
 def test_a_filter_run_works_in_bounded_requests_and_resumes(
@@ -132,11 +135,18 @@ def test_a_filter_run_works_in_bounded_requests_and_resumes(
     other = failed_job(stores.main, name="Other", queue="billing")
 
     first = admin_client_.post(
-        "/bulk/run/", {"store": "main", "verb": "retry", "name": "Charge", "state": "failed"}
+        "/bulk/run/",
+        {"store": "main", "verb": "retry", "name": "Charge", "state": "failed", "expected": 12},
     )
+    # Post/redirect/get: the results page is its own URL.
+    assert first.status_code == 302 and first["Location"].startswith("/bulk/runs/")
+    first = admin_client_.get(first["Location"])
 
     html = text_of(first)
     assert "Bulk retry: 5 succeeded, 0 failed" in html
+    assert "5 jobs handled so far of 12 matching when previewed" in html
+    run = re.search(r'<input type="hidden" name="run" value="(\d+)">', html)
+    assert run
     resume = re.search(r'<input type="hidden" name="resume" value="([^"]+)">', html)
     assert resume
     assert sum(stores.main.get_job(j).state == "waiting" for j in ids) == 5  # type: ignore[union-attr]
@@ -152,9 +162,13 @@ def test_a_filter_run_works_in_bounded_requests_and_resumes(
                 "name": "Charge",
                 "state": "failed",
                 "resume": token,
+                "run": run.group(1),
+                "expected": 12,
             },
+            follow=True,
         )
         html = text_of(page)
+        run = re.search(r'<input type="hidden" name="run" value="(\d+)">', html) or run
         match = re.search(r"Bulk retry: (\d+) succeeded, 0 failed", html)
         assert match
         handled += int(match.group(1))
@@ -163,6 +177,7 @@ def test_a_filter_run_works_in_bounded_requests_and_resumes(
 
     assert handled == 12
     assert "Every job matching the filter has been handled." in html
+    assert "12 jobs handled so far of 12" in html
     assert all(stores.main.get_job(j).state == "waiting" for j in ids)  # type: ignore[union-attr]
     assert stores.main.get_job(other).state == "failed"  # type: ignore[union-attr]
     entries = list(AuditEntry.objects.order_by("id"))
@@ -179,9 +194,46 @@ def test_a_filter_run_reports_jobs_the_verb_does_not_apply_to(
     done = completed_job(stores.main, name="Charge", queue="billing")
 
     html = text_of(
-        admin_client_.post("/bulk/run/", {"store": "main", "verb": "cancel", "queue": "billing"})
+        admin_client_.post(
+            "/bulk/run/", {"store": "main", "verb": "cancel", "queue": "billing"}, follow=True
+        )
     )
 
     assert "Bulk cancel: 0 succeeded, 3 failed" in html
     for job_id in (*failed, done):
         assert f"Cannot cancel {job_id}: the job is" in html
+
+
+def test_the_run_result_page_is_reload_safe_and_needs_the_bulk_permission(
+    stores: Stores, admin_client_: Client, login: Any
+) -> None:
+    ids = many_failed(stores, 3)
+    posted = admin_client_.post(
+        "/bulk/run/", {"store": "main", "verb": "retry", "state": "failed", "queue": "billing"}
+    )
+    location = posted["Location"]
+    assert all(stores.main.get_job(j).state == "waiting" for j in ids)  # type: ignore[union-attr]
+    # Reloading the result page shows the result again and runs nothing.
+    before = AuditEntry.objects.count()
+    again = admin_client_.get(location)
+    assert again.status_code == 200 and "Bulk retry: 3 succeeded, 0 failed" in text_of(again)
+    assert AuditEntry.objects.count() == before
+    assert login().get(location).status_code == 403
+    assert admin_client_.get("/bulk/runs/999999/").status_code == 404
+
+
+def test_select_all_matching_is_offered_when_more_pages_exist(
+    stores: Stores, admin_client_: Client
+) -> None:
+    many_failed(stores, 25)
+    html = text_of(admin_client_.get("/jobs/?store=main&state=failed&limit=20"))
+    match = re.search(
+        r'<p class="select-all-matching callout" hidden>.*?<a href="([^"]+)" data-verb-from="#bulk-verb">'
+        r"Select all 25 jobs matching this filter</a>",
+        html,
+        re.DOTALL,
+    )
+    assert match
+    assert htmllib.unescape(match.group(1)) == "/bulk/preview/?store=main&state=failed&limit=20"
+    single = text_of(admin_client_.get("/jobs/?store=main&state=failed"))
+    assert "select-all-matching" not in single

@@ -122,7 +122,9 @@ def test_the_plan_note_names_the_structure_and_the_residual_filters(
     stores.main.enqueue(EnqueueRequest(name="SendEmail", queue="emails"))
 
     by_name = text_of(
-        admin_client_.get("/jobs/?store=main&name=SendEmail&state=waiting&meta=a%3Db")
+        admin_client_.get(
+            "/jobs/?store=main&name=SendEmail&state=waiting&meta=a%3Db&order_by=enqueued_at"
+        )
     )
     plain = text_of(admin_client_.get("/jobs/?store=main"))
     finished = text_of(
@@ -134,8 +136,11 @@ def test_the_plan_note_names_the_structure_and_the_residual_filters(
     assert "<strong>states, metadata</strong>" in by_name
     assert 'data-route="all"' in plain
     assert "No residual filters" in plain
-    assert 'data-route="finished:&lt;state&gt;"' in finished
+    # A queue's failed jobs come from the per-name finished sets of that queue's names.
+    assert 'data-route="terminal:&lt;state&gt;:&lt;names of emails&gt;"' in finished
     assert "<strong>queue</strong>" in finished
+    everywhere = text_of(admin_client_.get("/jobs/?store=main&state=failed&order_by=finished_at"))
+    assert 'data-route="finished:&lt;state&gt;"' in everywhere
 
 
 def test_exact_totals_come_from_counters_when_the_filter_allows(
@@ -264,7 +269,7 @@ def test_a_scan_cut_short_by_the_budget_offers_to_continue(
 
     html = text_of(admin_client_.get("/jobs/?store=main&meta=needle%3Dyes"))
 
-    assert "Scanned 2000 rows and found 0 matches" in html
+    assert "Scanned 2,000 rows and found 0 matches" in html
     assert row_ids(html) == []
     continue_link = re.search(r'<a class="continue" href="([^"]*)"', html)
     assert continue_link
@@ -280,10 +285,12 @@ def test_a_scan_cut_short_by_the_budget_offers_to_continue(
     ("query", "explanation"),
     [
         (
-            "order_by=run_at&state=delayed",
-            "Ordering by run time needs one queue and the state “delayed” alone",
+            "order_by=run_at&state=delayed&state=waiting",
+            "Ordering by run time needs the state “delayed” alone",
         ),
-        ("order_by=run_at&queue=q&state=waiting", "Ordering by run time needs one queue"),
+        ("order_by=run_at&queue=q&state=waiting", "Ordering by run time needs the state"),
+        ("order_by=position&state=waiting&state=active", "Ordering by queue position needs"),
+        ("order_by=position", "Ordering by queue position needs"),
         ("order_by=finished_at", "Ordering by finished time needs states made only of completed"),
         ("order_by=finished_at&state=completed&state=waiting", "tick only terminal states"),
     ],

@@ -48,7 +48,7 @@ def test_counts_per_store_queue_and_state(stores: Stores, admin_client_: Client)
     assert queue_cell(html, "main", "billing", "failed") == 1
     assert queue_cell(html, "side", "parts", "waiting") == 1
     # Store totals, in the first table (cells keep the landing page's data-state markup).
-    assert re.search(r'data-state="waiting">3<', html)
+    assert re.search(r'data-state="waiting"><a class="count-link"[^>]*>3<', html)
 
 
 def test_oldest_waiting_job_of_each_queue_is_linked(stores: Stores, admin_client_: Client) -> None:
@@ -157,3 +157,19 @@ def test_the_chart_refreshes_on_its_own(stores: Stores, admin_client_: Client) -
     assert html.lstrip().startswith('<section id="throughput"')
     assert "completed 1" in html
     assert 'id="stores"' not in html
+
+
+def test_oldest_runnable_sees_past_higher_priorities(stores: Stores, admin_client_: Client) -> None:
+    from store import FakeClock, RedisJobStore
+
+    clock = FakeClock(1_700_000_000_000)
+    handle = RedisJobStore(stores.main.client, prefix=stores.main_prefix, clock=clock)
+    starved = handle.enqueue(EnqueueRequest(name="SendEmail", queue="emails", priority=0)).id
+    clock.advance(12 * 60_000)
+    for _ in range(10):
+        handle.enqueue(EnqueueRequest(name="SendEmail", queue="emails", priority=7))
+
+    html = text_of(admin_client_.get("/"))
+    row = html.split("Queues of", 1)[1].split("queue=emails", 1)[1].split("</tr>", 1)[0]
+    assert f'href="/stores/main/jobs/{starved}" data-oldest-run-at="1700000000000"' in row
+    assert "runnable since" in row and "2023-11-14 22:13:20 UTC" in row

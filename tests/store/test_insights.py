@@ -119,3 +119,38 @@ def test_trigger_schedule_enqueues_one_occurrence_without_moving_the_cadence(sto
     assert store.list_schedules()[0].next_run_at == 60_000
     with pytest.raises(JobNotFoundError):
         store.trigger_schedule("nope")
+
+
+def test_oldest_runnable_sees_past_higher_priorities(store, clock):
+    from store import EnqueueRequest
+
+    starved = store.enqueue(EnqueueRequest(name="Low", queue="q", payload=0, priority=0)).id
+    clock.advance(12 * 60_000)
+    for i in range(20):
+        store.enqueue(EnqueueRequest(name="Low", queue="q", payload=i, priority=5 + i % 3))
+        store.enqueue(EnqueueRequest(name="High", queue="q", payload=i, priority=9))
+        clock.advance(100)
+    # The head of each waiting set is a high-priority job enqueued seconds ago...
+    head = store.list_by_state(["waiting"], queue="q", order="asc", limit=1).items[0]
+    assert head.priority == 9
+    # ...but the job runnable longest is the starved low-priority one.
+    oldest = store.oldest_runnable("q")
+    assert oldest.record is not None and oldest.record.id == starved
+    assert oldest.complete and oldest.examined <= 2 * 16 * 4
+    assert store.oldest_waiting("q").id == starved
+
+
+def test_oldest_runnable_is_bounded_by_priority_levels(store, clock, monkeypatch):
+    import store.insights as insights
+    from store import EnqueueRequest
+
+    monkeypatch.setattr(insights, "OLDEST_LEVELS", 3)
+    oldest = store.enqueue(EnqueueRequest(name="A", queue="q", priority=0)).id
+    for priority in range(1, 6):
+        clock.advance(1000)
+        store.enqueue(EnqueueRequest(name="A", queue="q", priority=priority))
+    found = store.oldest_runnable("q")
+    # Only the three highest levels were read: the answer says it is not complete.
+    assert not found.complete and found.record is not None and found.record.id != oldest
+    assert found.examined == 3
+    assert store.oldest_runnable("empty").record is None

@@ -18,6 +18,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from mqadmin import runtime, services
+from mqadmin.management.options import add_metrics_arguments
 
 
 class Command(BaseCommand):
@@ -32,17 +33,7 @@ class Command(BaseCommand):
         parser.add_argument("--schedule-interval-ms", type=int, default=15_000)
         parser.add_argument("--history-interval-ms", type=int, default=60_000)
         parser.add_argument("--flow-interval-ms", type=int, default=30_000)
-        parser.add_argument(
-            "--metrics-port",
-            type=int,
-            default=None,
-            help="serve Prometheus metrics on this port (0: any free port; printed at start)",
-        )
-        parser.add_argument(
-            "--metrics-addr",
-            default="127.0.0.1",
-            help="address the metrics server binds (default 127.0.0.1; 0.0.0.0 for all)",
-        )
+        add_metrics_arguments(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
         from store.errors import StoreFailure

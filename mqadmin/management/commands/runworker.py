@@ -31,6 +31,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from mqadmin import runtime
+from mqadmin.management.options import add_metrics_arguments
 
 logger = logging.getLogger("mqadmin.runworker")
 
@@ -73,17 +74,7 @@ class Command(BaseCommand):
             action="store_true",
             help="do not run stall recovery, schedules and sweeps here (use runsweepers)",
         )
-        parser.add_argument(
-            "--metrics-port",
-            type=int,
-            default=None,
-            help="serve Prometheus metrics on this port (0: any free port; printed at start)",
-        )
-        parser.add_argument(
-            "--metrics-addr",
-            default="127.0.0.1",
-            help="address the metrics server binds (default 127.0.0.1; 0.0.0.0 for all)",
-        )
+        add_metrics_arguments(parser)
         # Set by the --processes supervisor on its children: record metrics into
         # PROMETHEUS_MULTIPROC_DIR, serve nothing (the supervisor serves the sum).
         parser.add_argument("--metrics-child", action="store_true", help=argparse.SUPPRESS)

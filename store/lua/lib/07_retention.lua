@@ -22,7 +22,7 @@ end
 -- entries are deliberately left alone (see the store contract, remove).
 local function delete_job(id)
   local jk = k_job(id)
-  local f = redis.call('HMGET', jk, 'name', 'queue', 'state', 'seq')
+  local f = redis.call('HMGET', jk, 'name', 'queue', 'state', 'seq', 'error_group')
   local name, queue, state, seq = f[1], f[2], f[3], f[4]
   if not is_row(state, queue, name, seq) then
     if redis.call('EXISTS', jk) == 0 then return false end
@@ -32,6 +32,7 @@ local function delete_job(id)
   -- The ZREM comes first on purpose: on a full server (noeviction) Redis refuses a
   -- memory-growing command only as a script's first write, so deleting still works.
   redis.call('ZREM', K_ALL, id)
+  forget_error(id, f[5] or nil)
   counts_add(queue, state, -1)
   redis.call('ZREM', k_byname(name), id)
   redis.call('ZREM', k_byqueue(queue), id)
@@ -41,6 +42,8 @@ local function delete_job(id)
     redis.call('ZREM', k_delayed(queue), id)
   elseif state == 'active' then
     redis.call('ZREM', K_ACTIVE, id)
+  elseif state == 'waiting-children' then
+    redis.call('ZREM', k_parked(queue), id)
   elseif is_terminal(state) then
     redis.call('ZREM', k_finished(state), id)
     redis.call('ZREM', k_terminal(name, state), id)

@@ -22,6 +22,8 @@ local function unlink_from_state(id, j)
     redis.call('ZREM', k_delayed(j.queue), id)
   elseif j.state == 'active' then
     redis.call('ZREM', K_ACTIVE, id)
+  else
+    unpark(id, j)
   end
 end
 

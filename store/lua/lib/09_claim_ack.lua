@@ -164,6 +164,7 @@ local function ack_job(now, id, token, outcome, exit_json, retry_delay)
   if outcome == 'complete' then
     finish(id, j, 'completed', { store_exit = true, exit_json = exit_json, ledger_exit = exit_json }, now)
   elseif outcome == 'fail' then
+    record_error(id, j, exit_json, nil, now)
     finish(id, j, 'failed', { store_exit = true, exit_json = exit_json, ledger_exit = exit_json }, now)
   elseif outcome == 'cancelled' or j.cancel_requested then
     finish_cancelled(id, j, now)

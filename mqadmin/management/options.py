@@ -1,0 +1,20 @@
+"""Command-line options shared by several management commands."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def add_metrics_arguments(parser: Any) -> None:
+    """``--metrics-port`` / ``--metrics-addr``: where a long-running command serves Prometheus."""
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        help="serve Prometheus metrics on this port (0: any free port; printed at start)",
+    )
+    parser.add_argument(
+        "--metrics-addr",
+        default="127.0.0.1",
+        help="address the metrics server binds (default 127.0.0.1; 0.0.0.0 for all)",
+    )

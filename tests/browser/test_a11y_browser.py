@@ -1,0 +1,300 @@
+"""Accessibility and phone layout in a real browser: axe-core finds no violation on any page
+in light or dark mode; at 390 px no page scrolls sideways; the keyboard keeps its place
+across live refreshes and explorer swaps, and a skip link leads to the content."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.browser.conftest import ARTIFACTS, ConsoleLog, shot
+from tests.browser.test_dashboard_browser import Demo, demo, log_in  # noqa: F401 (fixture)
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+AXE = Path(__file__).resolve().parent / "vendor" / "axe.min.js"
+
+
+def bulk_run_entry(demo: Demo) -> int:  # noqa: F811
+    """The audit entry of a finished bulk run (its result page is one of the pages)."""
+    from django.contrib.auth import get_user_model
+
+    from mqadmin.models import AuditEntry
+
+    user = get_user_model().objects.get(username="ops")
+    entry = AuditEntry.record(
+        user,
+        "bulk_retry",
+        store="main",
+        target="store=main states=failed",
+        params={
+            "query": "store=main&state=failed",
+            "verb": "retry",
+            "count": 2,
+            "succeeded": 1,
+            "scanned": 2,
+            "ids": [demo.flaky, "j-1"],
+            "failed": [
+                ["j-1", "Cannot retry j-1: the job is completed — only failed jobs can be retried."]
+            ],
+            "failed_count": 1,
+            "done_before": 0,
+            "expected": 2,
+            "stopped_at": None,
+        },
+        result="retry: 1 succeeded, 1 failed",
+        ok=False,
+    )
+    return int(entry.id)
+
+
+def pages(demo: Demo) -> dict[str, str]:  # noqa: F811
+    return {
+        "bulk-result": f"/bulk/runs/{bulk_run_entry(demo)}/",
+        "overview": "/",
+        "explorer": "/jobs/?store=main",
+        "explorer-failed": "/jobs/?store=main&state=failed",
+        "job": f"/stores/main/jobs/{demo.flaky}",
+        "flow": "/stores/main/flows/demo/monthly-report",
+        "failures": "/failures/?store=main",
+        "workers": "/workers/",
+        "job-metrics": "/metrics/jobs/",
+        "outbox": "/outbox/",
+        "indexes": "/indexes/",
+        "schedules": "/schedules/",
+        "audit": "/audit/",
+        "bulk-preview": "/bulk/preview/?store=main&verb=retry&state=failed",
+    }
+
+
+def run_axe(page: Any) -> list[dict[str, Any]]:
+    if not page.evaluate("typeof window.axe !== 'undefined'"):
+        # Evaluated over the DevTools protocol, so the page's CSP does not block it.
+        page.evaluate(AXE.read_text(encoding="utf-8"))
+    result = page.evaluate("async () => JSON.stringify((await axe.run(document)).violations)")
+    return json.loads(result)
+
+
+def describe(violations: list[dict[str, Any]]) -> str:
+    lines = []
+    for v in violations:
+        lines.append(f"{v['id']} ({v['impact']}): {v['help']}")
+        for node in v["nodes"][:4]:
+            lines.append(f"    {node['target']} {node.get('failureSummary', '')[:220]!r}")
+    return "\n".join(lines)
+
+
+@pytest.fixture
+def axe_ready() -> None:
+    if not AXE.exists():
+        pytest.skip(
+            "axe-core is not installed: run `make browser-deps` (.ci/install-browser-deps.sh)"
+        )
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_axe_finds_no_violation_on_any_page(
+    page: Any,
+    live_server: Any,
+    demo: Demo,  # noqa: F811
+    console: ConsoleLog,
+    axe_ready: None,
+    scheme: str,
+) -> None:
+    base = live_server.url
+    page.emulate_media(color_scheme=scheme)
+    log_in(page, base, "/")
+    report = []
+    for label, path in pages(demo).items():
+        page.goto(base + path)
+        page.wait_for_load_state("networkidle")
+        violations = run_axe(page)
+        if violations:
+            report.append(f"== {label} ({path}) [{scheme}]\n{describe(violations)}")
+        if scheme == "dark":
+            shot(page, f"dark-{label}")
+    assert not report, "\n".join(report)
+
+
+def test_no_page_scrolls_sideways_on_a_390px_phone(
+    browser: Any,
+    live_server: Any,
+    demo: Demo,  # noqa: F811
+) -> None:
+    context = browser.new_context(viewport={"width": 390, "height": 844}, device_scale_factor=1)
+    phone = context.new_page()
+    phone.set_default_timeout(15_000)
+    try:
+        base = live_server.url
+        log_in(phone, base, "/")
+        wide = []
+        for label, path in pages(demo).items():
+            phone.goto(base + path)
+            phone.wait_for_load_state("networkidle")
+            shot(phone, f"phone-{label}")
+            phone.screenshot(path=str(ARTIFACTS / f"phone-{label}-top.png"))
+            if AXE.exists():
+                violations = run_axe(phone)
+                if violations:
+                    wide.append(f"{label} at 390 px: {describe(violations)}")
+            width = phone.evaluate("document.documentElement.scrollWidth")
+            if width > 390:
+                culprits = phone.evaluate(
+                    """() => [...document.querySelectorAll('body *')]
+                        .filter(e => e.getBoundingClientRect().right > 391)
+                        .filter(e => !e.closest('.table-scroll'))
+                        .slice(0, 6)
+                        .map(e => e.tagName + '.' + e.className + ' ' + Math.round(e.getBoundingClientRect().right))"""
+                )
+                wide.append(f"{label}: {width}px wide; {culprits}")
+        assert not wide, "\n".join(wide)
+        # The job table shows every column's value on a phone (rows become cards).
+        phone.goto(base + "/jobs/?store=main&state=failed")
+        row = phone.locator("#results table.jobs tbody tr").first
+        for cell in ("name", "queue"):
+            box = row.locator(f"td.{cell}").bounding_box()
+            assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= 390, cell
+    finally:
+        context.close()
+
+
+def swapped(page: Any, selector: str, action: Any) -> None:
+    """Run ``action`` and wait until ``selector`` was replaced by an htmx swap."""
+    page.evaluate(f"document.querySelector({selector!r}).setAttribute('data-old', '1')")
+    action()
+    page.wait_for_function(
+        f"() => {{ const e = document.querySelector({selector!r}); return e && !e.hasAttribute('data-old'); }}"
+    )
+    page.wait_for_timeout(50)  # afterSettle runs just after the swap
+
+
+def test_the_keyboard_keeps_its_place(
+    page: Any,
+    live_server: Any,
+    demo: Demo,  # noqa: F811
+    console: ConsoleLog,
+) -> None:
+    base = live_server.url
+    log_in(page, base, "/")
+
+    # The skip link is the first stop and leads to the content.
+    page.keyboard.press("Tab")
+    assert page.evaluate("document.activeElement.className") == "skip-link"
+    page.keyboard.press("Enter")
+    assert page.evaluate("document.activeElement.id") == "main"
+
+    # A live refresh of the overview keeps focus on the same count link.
+    link = page.locator("#stores table.queues a.count-link").nth(3)
+    href = link.get_attribute("href")
+    link.focus()
+    swapped(
+        page,
+        "#stores",
+        lambda: page.evaluate("document.body.dispatchEvent(new CustomEvent('mq:visible'))"),
+    )
+    assert page.evaluate("document.activeElement.getAttribute('href')") == href
+    assert page.evaluate("document.activeElement.classList.contains('count-link')")
+
+    # The chart's numbers are reachable without hovering.
+    summary = page.locator("details.chart-values summary").first
+    summary.focus()
+    page.keyboard.press("Enter")
+    assert page.locator("details.chart-values table").first.is_visible()
+    assert page.locator("details.chart-values tbody tr").first.locator("td").count() == 3
+
+    # Next and Previous keep focus on the pager; Apply keeps it on the button.
+    page.goto(base + "/jobs/?store=main&limit=20")
+    page.locator("a[rel=next]").focus()
+    swapped(page, "#results", lambda: page.keyboard.press("Enter"))
+    assert page.evaluate("document.activeElement.getAttribute('rel')") == "next"
+    page.locator("a[rel=prev]").focus()
+    swapped(page, "#results", lambda: page.keyboard.press("Enter"))
+    # Back on the first page there is no Previous any more: the results region has focus.
+    assert page.evaluate("document.activeElement.id") == "results"
+    page.locator("input[name=state][value=completed]").check()
+    apply = page.get_by_role("button", name="Apply filters")
+    apply.focus()
+    swapped(page, "#results", lambda: page.keyboard.press("Enter"))
+    assert page.evaluate("document.activeElement.textContent.trim()") == "Apply filters"
+    shot(page, "keyboard-after-apply")
+    assert not console.errors, console.errors
+
+
+def test_live_explorer_and_local_times(
+    page: Any,
+    live_server: Any,
+    demo: Demo,  # noqa: F811
+    console: ConsoleLog,
+) -> None:
+    from store import EnqueueRequest
+
+    base = live_server.url
+    log_in(page, base, "/jobs/?store=main&queue=live&state=waiting")
+    assert page.locator("#results table.jobs").count() == 0
+    page.locator("#live-refresh").check()
+    new_id = demo.main.enqueue(EnqueueRequest(name="LiveJob", queue="live")).id
+    page.wait_for_selector(f'#results td.id a[title="{new_id}"]', timeout=12_000)
+
+    # Absolute times switch to the browser's zone (here Tokyo) and back, remembered.
+    tokyo = page.context.browser.new_context(timezone_id="Asia/Tokyo", locale="en-US")
+    tab = tokyo.new_page()
+    try:
+        log_in(tab, base, f"/stores/main/jobs/{demo.flaky}")
+        first = tab.locator("time.abs").first
+        utc = first.inner_text()
+        assert utc.endswith("UTC")
+        tab.locator(".time-zone-toggle").click()
+        assert tab.locator(".time-zone-toggle").get_attribute("aria-pressed") == "true"
+        assert "GMT+9" in first.inner_text() and first.inner_text() != utc
+        tab.reload()
+        assert "GMT+9" in tab.locator("time.abs").first.inner_text()
+        tab.locator(".time-zone-toggle").click()
+        assert tab.locator("time.abs").first.inner_text() == utc
+    finally:
+        tokyo.close()
+    assert not console.errors, console.errors
+
+
+def test_the_explorer_disables_impossible_combinations_before_submit(
+    page: Any,
+    live_server: Any,
+    demo: Demo,  # noqa: F811
+    console: ConsoleLog,
+) -> None:
+    base = live_server.url
+    log_in(page, base, "/jobs/?store=main")
+    order = page.locator("#f-order-by")
+
+    def disabled_options() -> set[str]:
+        return set(order.evaluate("s => [...s.options].filter(o => o.disabled).map(o => o.value)"))
+
+    def disabled_states() -> set[str]:
+        return set(
+            page.locator("input[name=state]").evaluate_all(
+                "els => els.filter(e => e.disabled).map(e => e.value)"
+            )
+        )
+
+    # Nothing ticked: the state orders need states, so they are disabled.
+    assert disabled_options() == {"run_at", "finished_at", "position"}
+    page.locator("input[name=state][value=failed]").check()
+    assert disabled_options() == {"run_at", "position"}
+    order.select_option("finished_at")
+    # Finished time serves terminal states only: the others cannot be ticked.
+    assert disabled_states() == {"waiting", "delayed", "active", "waiting-children"}
+    page.locator("input[name=state][value=completed]").check()
+    before = page.locator("#results").inner_html()
+    page.get_by_role("button", name="Apply filters").click()
+    page.wait_for_function(
+        "html => document.querySelector('#results').innerHTML !== html", arg=before
+    )
+    assert "finished-time sets of completed, failed jobs" in page.inner_text(".plan")
+    # Back to automatic: every state can be ticked again.
+    order.select_option("auto")
+    assert disabled_states() == set()
+    page.locator("input[name=state][value=waiting]").check()
+    assert disabled_options() == {"run_at", "finished_at", "position"}
+    assert not console.errors, console.errors

@@ -1,0 +1,126 @@
+"""The dashboard at about 100,000 jobs in a real browser: every count link of the overview
+opens a page whose rows all have the count's state (served from that state's own sets, so
+no scan budget runs out behind newer jobs); the oldest runnable job of a queue is found
+behind thousands of higher-priority ones; workers announce themselves and queues nobody
+consumes are badged."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from mqadmin import services
+from store.insights import InFlightJob
+from tests.browser.conftest import ConsoleLog, shot
+from tests.browser.scale_seed import Seeded, seed_scale
+from tests.browser.test_dashboard_browser import PASSWORD, log_in
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def scale(
+    settings: Any, redis_url: str, redis_client: Any, prefix: str, django_user_model: Any
+) -> Iterator[Seeded]:
+    settings.MQ_STORES = {"main": {"prefix": prefix, "url": redis_url}}
+    settings.MQ_DASHBOARD_READ_ONLY = False
+    services.reset()
+    seeded = seed_scale(redis_client, prefix, int(time.time() * 1000))
+    assert seeded.total >= 100_000
+    main = services.get_named_store("main")
+    # One worker, consuming mail only, running one of mail's active jobs.
+    running = main.list_by_state(["active"], queue="mail", limit=1).items[0]
+    main.register_worker(
+        "w-mail-1",
+        queues={"mail": ["SendEmail"]},
+        routes=["main"],
+        started_at=main.now() - 600_000,
+        concurrency={"mail": 8},
+        in_flight=[InFlightJob(running.id, "mail", "SendEmail", main.now() - 4000)],
+        totals={"completed": 34_640, "failed": 360},
+    )
+    django_user_model.objects.create_superuser("ops", password=PASSWORD)
+    yield seeded
+    services.reset()
+
+
+def count_links(page: Any) -> list[tuple[str, str, int]]:
+    """(href, state, count) of every count link on the overview."""
+    out = []
+    for link in page.locator("a.count-link").all():
+        href = link.get_attribute("href")
+        state = re.search(r"[?&]state=([a-z-]+)", href).group(1)  # type: ignore[union-attr]
+        out.append((href, state, int(link.inner_text().replace(",", ""))))
+    return out
+
+
+def test_every_count_link_opens_rows_of_its_state_at_100k_jobs(
+    page: Any, live_server: Any, scale: Seeded, console: ConsoleLog
+) -> None:
+    base = live_server.url
+    log_in(page, base, "/")
+    shot(page, "scale-overview")
+    links = count_links(page)
+    nonzero = [(href, state, count) for href, state, count in links if count]
+    # Store totals and queue cells, every state that holds jobs.
+    assert {state for _, state, _ in nonzero} >= {
+        "waiting",
+        "delayed",
+        "active",
+        "waiting-children",
+        "completed",
+        "failed",
+        "cancelled",
+    }
+    assert len(nonzero) >= 14
+    slowest = 0.0
+    for href, state, count in nonzero:
+        started = time.monotonic()
+        page.goto(base + href)
+        slowest = max(slowest, time.monotonic() - started)
+        badges = page.locator("#results table.jobs tbody tr td .badge[class*='state-']")
+        states = [
+            re.search(r"state-([a-z-]+)", c).group(1)  # type: ignore[union-attr]
+            for c in badges.evaluate_all("els => els.map(e => e.className)")
+        ]
+        assert states == [state] * min(count, 50), (href, states[:5])
+        assert page.locator(".scan-note").count() == 0, href
+        # The explorer shows the exact total from the counters.
+        if "queue=" in href:
+            total = page.locator(".plan .total").inner_text()
+            assert f"{count:,} matching" in total, (href, total)
+    assert slowest < 10, slowest
+    page.goto(base + "/jobs/?store=main&queue=export&state=failed")
+    shot(page, "scale-failed-export")
+    assert "finished-time sets of every job name of queue “export”" in page.inner_text(".plan")
+    assert not console.errors, console.errors
+
+
+def test_oldest_runnable_and_worker_presence_at_100k_jobs(
+    page: Any, live_server: Any, scale: Seeded, console: ConsoleLog
+) -> None:
+    base = live_server.url
+    log_in(page, base, "/")
+    row = page.locator("table.queues tbody tr", has=page.locator("th a", has_text="export"))
+    oldest = row.locator("td.oldest a")
+    assert oldest.get_attribute("href").endswith(f"/jobs/{scale.starved}")
+    assert re.match(r"1[12] min", oldest.inner_text()), oldest.inner_text()
+    # export and billing have no consumer; mail has one live worker.
+    assert row.locator(".no-worker").count() == 1
+    mail = page.locator("table.queues tbody tr", has=page.locator("th a", has_text="mail"))
+    assert mail.locator(".no-worker").count() == 0
+    page.locator(".no-worker").first.click()
+    page.wait_for_url(re.compile(r"/workers/"))
+    worker = page.locator('tr[data-worker="w-mail-1"]')
+    assert "×8" in worker.inner_text()
+    assert "completed 34,640" in worker.inner_text()
+    worker.locator("a.mono").first.click()
+    page.wait_for_selector('#job-summary[data-state="active"]')
+    page.goto(base + "/workers/")
+    shot(page, "scale-workers")
+    assert "Queues no live worker consumes" in page.inner_text("#workers")
+    assert not console.errors, console.errors
