@@ -60,12 +60,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.skip(reason=reason))
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
     from playwright.sync_api import sync_playwright
 
     # Playwright's sync API runs an event loop in this thread; the ORM calls these tests
-    # make between browser steps are ordinary synchronous code.
+    # make between browser steps are ordinary synchronous code.  Module scope: while that
+    # loop is running no other test of the session could call asyncio.run() (pytest-django
+    # runs these transactional tests before the plain ones, e.g. the runtime suite).
     os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
     ARTIFACTS.mkdir(exist_ok=True)
     with sync_playwright() as playwright:
