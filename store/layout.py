@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from store.errors import StoreDefect
+from store.errors import StoreFailure
 from store.keys import StoreKeys
 from store.redis_store import redis_errors
 from store.scripts import ScriptRegistry
@@ -48,8 +48,13 @@ BATCH = 500
 MIGRATE_HINT = "python manage.py migrate_store"
 
 
-class UnknownLayoutError(StoreDefect):
-    """The store's data is in a layout this version does not serve (see the message)."""
+class UnknownLayoutError(StoreFailure):
+    """The store's data is in a layout this version does not serve (see the message).
+
+    A StoreFailure like an unreachable Redis: the dashboard reports the store as unavailable,
+    with this message, and serves the others."""
+
+    tag = "UnknownLayoutError"
 
 
 def layout_key(keys: StoreKeys) -> str:

@@ -55,7 +55,6 @@ def open_store(name: str) -> Any:
     """
     from mqadmin.services import new_client
     from store import RedisJobStore, StoreFailure
-    from store.errors import StoreDefect
 
     entry = store_entry(name)
     url = entry.get("url") or getattr(settings, "MQ_REDIS_URL", None)
@@ -64,7 +63,7 @@ def open_store(name: str) -> Any:
         return RedisJobStore(client, prefix=str(entry["prefix"]), indexes=configured_indexes(name))
     except StoreFailure as exc:
         raise CommandError(f"store {name!r}: {exc}") from exc
-    except (ValueError, StoreDefect) as exc:  # a bad prefix or setting, an unknown layout
+    except ValueError as exc:  # InvalidRequestError: a bad prefix or setting
         raise CommandError(f"store {name!r}: {exc}") from exc
 
 
