@@ -47,7 +47,7 @@ if [ -z "${MQ_TEST_REDIS_URL:-}" ]; then
   if "$PY" -c 'import redis, sys; sys.exit(0 if redis.Redis(socket_connect_timeout=1).ping() else 1)' 2>/dev/null; then
     echo "== pass 2: the Redis on 127.0.0.1:6379"
     suites=()
-    for d in tests/store tests/runtime tests/flows tests/chaos tests/property tests/commands tests/consistency; do
+    for d in tests/store tests/runtime tests/flows tests/chaos tests/property tests/commands tests/consistency tests/tasks; do
       [ -d "$d" ] && suites+=("$d")
     done
     MQ_TEST_REDIS_URL=redis://127.0.0.1:6379/0 "$PY" -m pytest "${suites[@]}" "$@"
@@ -61,8 +61,8 @@ if [ -z "$pg_url" ] && "$PY" -c 'import psycopg; psycopg.connect("postgresql://p
   pg_url="postgres://postgres@127.0.0.1:5432/mqadmin"
 fi
 if [ -n "$pg_url" ]; then
-  echo "== pass 3: the dashboard suite on PostgreSQL"
-  DATABASE_URL="$pg_url" "$PY" -m pytest tests/mqadmin "$@"
+  echo "== pass 3: the dashboard and Django Tasks suites on PostgreSQL"
+  DATABASE_URL="$pg_url" "$PY" -m pytest tests/mqadmin tests/consistency tests/tasks "$@"
   echo "== pass 3b: the host project on PostgreSQL"
   DATABASE_URL="$pg_url" "$PY" -m pytest tests/host --ds=tests.hostproject.settings "$@"
 else

@@ -397,9 +397,14 @@ def test_bulk_preview_and_runs(seeded: Seeded, member: Callable[..., Client]) ->
     run = client.post(
         reverse("mqadmin:bulk_run"), {"store": "main", "verb": "retry", "state": "failed"}
     )
-    assert run.status_code == 200
+    # Redirect-after-POST to the run's own result page, under the host's prefix.
+    assert run.status_code == 302
+    assert run["Location"].startswith(PREFIX + "bulk/runs/"), run["Location"]
     assert seeded.main.get_job(seeded.failed).state == "waiting"  # type: ignore[union-attr]
-    for link in local_urls(run.content.decode()):
+    result = client.get(run["Location"])
+    assert result.status_code == 200
+    assert "retry" in result.content.decode()
+    for link in local_urls(result.content.decode()):
         assert link.startswith((PREFIX, "/assets/mqadmin/")), link
 
     selected = client.post(
