@@ -295,6 +295,43 @@ def _number(text: str) -> float:
     )
 
 
+#: Job fields whose value may be longer than 63 bytes, each with its piece code: such a value
+#: is stored in pieces of at most 63 bytes, the field holding the first, ``<code>2``,
+#: ``<code>3``, ... the rest (``put_long`` in lua/lib/03_rows.lua), so the job hash stays a
+#: listpack under the default ``hash-max-listpack-value`` (64).
+PIECE_CODES = {
+    "payload": "P",
+    "metadata": "M",
+    "exit": "E",
+    "failed_reason": "R",
+    "backoff": "B",
+    "keep": "K",
+    "trace": "T",
+    "parent": "A",
+    "dedupe_key": "D",
+}
+LONG_FIELDS = tuple(PIECE_CODES)
+_SECOND_PIECES = tuple((field, code, code + "2") for field, code in PIECE_CODES.items())
+
+
+def join_pieces(h: Mapping[str, str]) -> Mapping[str, str]:
+    """The job hash ``h`` with every long field joined back from its pieces (a copy when any
+    field is in pieces; ``h`` itself otherwise)."""
+    out: dict[str, str] | None = None
+    for field, code, second in _SECOND_PIECES:
+        if second not in h:
+            continue
+        if out is None:
+            out = dict(h)
+        parts = [out.get(field, "")]
+        k = 2
+        while (piece := out.pop(f"{code}{k}", None)) is not None:
+            parts.append(piece)
+            k += 1
+        out[field] = "".join(parts)
+    return h if out is None else out
+
+
 def record_from_hash(job_id: str, h: Mapping[str, str]) -> JobRecord:
     """Build a JobRecord from a job hash (absent fields mean absent values).
 
@@ -302,6 +339,7 @@ def record_from_hash(job_id: str, h: Mapping[str, str]) -> JobRecord:
     overwritten by hand) decodes field by field, each unreadable field at its
     default (see ``_tolerant_record``).
     """
+    h = join_pieces(h)
     try:
         return _record(job_id, h)
     except (KeyError, ValueError, TypeError, AttributeError):
@@ -332,7 +370,7 @@ def _record(job_id: str, h: Mapping[str, str]) -> JobRecord:
         state=h.get("state") or "waiting",
         priority=_number(h.get("priority") or "0"),
         attempts_max=int(h.get("attempts_max") or 1),
-        attempts_made=int(h.get("attempts_made") or 0),
+        attempts_made=int(h.get("am") or 0),
         stalled_count=int(h.get("stalled_count") or 0),
         backoff=BackoffPolicy.coerce(_loads(backoff)) if backoff else None,
         keep=KeepPolicy.coerce(_loads(keep)) if keep else None,
@@ -342,10 +380,10 @@ def _record(job_id: str, h: Mapping[str, str]) -> JobRecord:
         trace=TraceContext.coerce(_loads(trace)) if trace else None,
         parent=ParentEnvelope.coerce(_loads(parent)) if parent else None,
         flow=flow,
-        run_at=int(h.get("run_at") or 0),
+        run_at=int(h.get("run_at") or h.get("enqueued_at") or 0),
         enqueued_at=int(h.get("enqueued_at") or 0),
-        processed_at=_int_or_none(h.get("processed_at")),
-        finished_at=_int_or_none(h.get("finished_at")),
+        processed_at=_int_or_none(h.get("pa")),
+        finished_at=_int_or_none(h.get("fa")),
         exit=decode_exit(h.get("exit")),
         failed_reason=h.get("failed_reason") or None,
     )
@@ -389,7 +427,7 @@ def _tolerant_record(job_id: str, h: Mapping[str, str]) -> JobRecord:
         state=str(state),
         priority=tolerant(_number, h.get("priority"), 0),
         attempts_max=tolerant(int, h.get("attempts_max"), 1),
-        attempts_made=tolerant(int, h.get("attempts_made"), 0),
+        attempts_made=tolerant(int, h.get("am"), 0),
         stalled_count=tolerant(int, h.get("stalled_count"), 0),
         backoff=tolerant(lambda t: BackoffPolicy.coerce(_loads(t)), h.get("backoff"), None),
         keep=tolerant(lambda t: KeepPolicy.coerce(_loads(t)), h.get("keep"), None),
@@ -399,10 +437,10 @@ def _tolerant_record(job_id: str, h: Mapping[str, str]) -> JobRecord:
         trace=tolerant(lambda t: TraceContext.coerce(_loads(t)), h.get("trace"), None),
         parent=tolerant(lambda t: ParentEnvelope.coerce(_loads(t)), h.get("parent"), None),
         flow=flow,
-        run_at=tolerant(int, h.get("run_at"), 0),
+        run_at=tolerant(int, h.get("run_at") or h.get("enqueued_at"), 0),
         enqueued_at=tolerant(int, h.get("enqueued_at"), 0),
-        processed_at=tolerant(int, h.get("processed_at"), None),
-        finished_at=tolerant(int, h.get("finished_at"), None),
+        processed_at=tolerant(int, h.get("pa"), None),
+        finished_at=tolerant(int, h.get("fa"), None),
         exit=tolerant(decode_exit, h.get("exit"), MISSING),
         failed_reason=h.get("failed_reason") or None,
     )
@@ -424,4 +462,16 @@ def _attempt(text: str) -> AttemptRecord:
         finished_at=int(doc["finished_at"]),
         outcome=doc["outcome"],
         exit=doc.get("exit", MISSING),
+    )
+
+
+def folded_attempt(attempt: int, h: Mapping[str, str]) -> AttemptRecord:
+    """The ledger entry a terminal job hash holds folded in (``lf`` = 1): its last run."""
+    h = join_pieces(h)
+    return AttemptRecord(
+        attempt=attempt,
+        started_at=tolerant(int, h.get("pa"), None),
+        finished_at=tolerant(int, h.get("fa"), 0),
+        outcome=str(h.get("state") or "unknown"),
+        exit=tolerant(decode_exit, h.get("exit"), MISSING),
     )

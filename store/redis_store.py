@@ -183,6 +183,11 @@ class RedisJobStore(ScheduleOperations, FlowOperations, InsightOperations):
         self._idx = ("1" if self.indexes["name"] else "0") + ("1" if self.indexes["queue"] else "0")
         self._scripts = ScriptRegistry(client, self.keys.tag)
         self._wake = WakeHub(client, self.keys.wake)
+        # Refuses a data layout this version does not know (store/layout.py).
+        from store.layout import check_layout
+
+        #: The data layout of the store's job hashes at start (store/layout.py).
+        self.layout = check_layout(self)
         # Fatal on failure: a store never starts with half-configured indexes.
         reconcile_indexes(self, self.now())
         #: The server's maxmemory-policy as read at start (warned about once per process).
@@ -637,8 +642,15 @@ class RedisJobStore(ScheduleOperations, FlowOperations, InsightOperations):
 
     def get_attempts(self, job_id: str) -> list[AttemptRecord]:
         with redis_errors("get_attempts"):
-            rows = self.client.lrange(self.keys.attempts(job_id), 0, -1)
-        return [codec.attempt_from_json(row) for row in rows]
+            pipe = self.client.pipeline(transaction=False)
+            pipe.lrange(self.keys.attempts(job_id), 0, -1)
+            pipe.hgetall(self.keys.job(job_id))
+            rows, h = pipe.execute()
+        attempts = [codec.attempt_from_json(row) for row in rows]
+        if h.get("lf") == "1":
+            # The last entry is folded into the hash (unfold_attempt in lua/lib/04_ledger.lua).
+            attempts.append(codec.folded_attempt(len(rows) + 1, h))
+        return attempts
 
     def counts(self, queue: str | None = None) -> dict[str, int]:
         """Jobs per state (all seven states), from O(1) counters; optionally one queue."""

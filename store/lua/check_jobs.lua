@@ -36,7 +36,7 @@ for i = 4, #ARGV do
   local id = ARGV[i]
   local jk = k_job(id)
   local f = redis.call('HMGET', jk, 'state', 'queue', 'name', 'seq', 'priority', 'run_at',
-    'lock_expires_at', 'finished_at', 'enqueued_at', 'lock_token')
+    'lock_expires_at', 'fa', 'enqueued_at', 'lock_token')
   local state, queue, name, seq = f[1], f[2], f[3], f[4]
   if is_row(state, queue, name, seq) and STATES[state] then
     local field = queue .. '|' .. state

@@ -40,13 +40,18 @@ if dedupe_key ~= '' then
       -- Rewrite the still-delayed keyed job in place; id, queue, seq, ledger,
       -- enqueued_at, dedupe key and parent stay.
       local run_at = now + math.max(0, r.delay)
-      local set = { 'payload', r.payload, 'run_at', fmt(run_at) }
+      -- Old pieces of the long fields go first (see put_long).
+      for _, field in ipairs({ 'payload', 'metadata', 'backoff', 'keep', 'trace' }) do
+        drop_pieces(kk, field)
+      end
+      local set = { 'run_at', fmt(run_at) }
+      local n = put_long(set, 2, 'payload', r.payload)
       local del = {}
       local function put(field, value, default)
         if value == '' or value == default then
           del[#del + 1] = field
         else
-          set[#set + 1] = field; set[#set + 1] = value
+          n = put_long(set, n, field, value)
         end
       end
       put('metadata', r.metadata, '{}')

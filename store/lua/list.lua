@@ -119,7 +119,7 @@ local function matches(jk)
   if f_name ~= '' and f[2] ~= f_name then return false end
   if f_states and not f_states[f[3] or 'waiting'] then return false end
   if m > 0 then
-    local ok, meta = pcall(cjson.decode, f[4] or '{}')
+    local ok, meta = pcall(cjson.decode, get_long(jk, 'metadata', f[4]) or '{}')
     if not ok or type(meta) ~= 'table' then return false end
     for k, v in pairs(f_meta) do
       if meta[k] ~= v then return false end

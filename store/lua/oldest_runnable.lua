@@ -20,7 +20,9 @@ local examined, truncated = 0, '0'
 
 local function consider(member)
   local id = string.sub(member, 17)
-  local run_at = tonumber(redis.call('HGET', k_job(id), 'run_at') or '')
+  -- run_at is absent while it equals enqueued_at (layout 2, see insert_job).
+  local f = redis.call('HMGET', k_job(id), 'run_at', 'enqueued_at')
+  local run_at = tonumber(f[1] or f[2] or '')
   examined = examined + 1
   if run_at and (best_run == nil or run_at < best_run or (run_at == best_run and id < best_id)) then
     best_id, best_run = id, run_at

@@ -35,9 +35,11 @@ from store import (
     connect,
 )
 from store import scripts as store_scripts
+from store.codec import join_pieces
 from store.consistency import check_store
 from store.index_admin import index_status, reindex
 from store.indexes import heal_index_tail, rebuild_index
+from store.layout import migrate
 from store.scripts import ScriptRegistry, script_names
 from tests.cluster.conftest import (
     PrivateCluster,
@@ -197,6 +199,17 @@ def test_every_store_script_runs_and_succeeds_on_a_cluster_store(
     clock.advance(120_000)
     assert store.sweep_state()["deleted"] > 0
     store.sweep_dedupes()
+
+    # migrate_rows: a layout-1 hash (one long field) is rewritten in pieces
+    long_job = store.enqueue(EnqueueRequest(name="Old", payload={"blob": "b" * 200})).id
+    key = store.keys.job(long_job)
+    old = dict(join_pieces(store.client.hgetall(key)))
+    assert len(old["payload"]) > 64
+    store.client.delete(key)
+    store.client.hset(key, mapping=old)
+    store.client.delete(f"{store.keys.tag}:layout")
+    assert migrate(store.client, store.prefix).rewritten >= 1
+    assert store.get_job(long_job).payload == {"blob": "b" * 200}
 
     missing = sorted(set(script_names()) - set(ran))
     assert not missing, f"operations never run on the cluster by this test: {missing}"

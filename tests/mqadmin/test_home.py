@@ -151,3 +151,23 @@ def test_a_store_without_url_uses_the_embedded_redis(
     finally:
         services.reset()
         server.stop()
+
+
+def test_a_store_of_an_old_layout_is_reported_with_the_command_that_converts_it(
+    user_client: Client, settings: Any, redis_url: str, prefix: str, redis_client: Any
+) -> None:
+    # A store with jobs but no layout marker was written by the previous version (layout 1).
+    redis_client.set(f"{{{prefix}-old}}:seq", "7")
+    settings.MQ_STORES = {
+        "healthy": {"prefix": prefix, "url": redis_url},
+        "old": {"prefix": f"{prefix}-old", "url": redis_url},
+    }
+    try:
+        response = user_client.get("/")
+        assert response.status_code == 200
+        html = response.content.decode()
+        assert "Unavailable" in html
+        assert "migrate_store" in html
+        assert cell(html, "waiting") == 0  # the healthy store still renders
+    finally:
+        redis_client.delete(f"{{{prefix}-old}}:seq")

@@ -6,6 +6,86 @@
 
 local function fmt(n) return string.format('%.0f', n) end
 
+-- Long values.  A hash whose values are all at most hash-max-listpack-value
+-- bytes (64 by default) and that has at most hash-max-listpack-entries fields
+-- (128) stays a listpack, several times smaller than a hash table.  A job
+-- field whose value is longer than 63 bytes (payload, exit, metadata, ...) is
+-- stored in pieces of at most 63 (a listpack string of 64 bytes or more takes
+-- a longer header): the field itself holds the first piece, '<C>2', '<C>3',
+-- ... the rest, <C> the field's one-letter PIECE_CODE (no other job field
+-- starts with a capital).  Pieces are cut at UTF-8 character boundaries
+-- (every client decodes each value on its own), so every piece but the last
+-- is 60..63 bytes and a piece shorter than 60 bytes is the last.  Whoever
+-- rewrites or deletes such a field removes its old pieces in the same call.
+-- A value of layout 1 (one field, any length) reads the same way.  Mirrors
+-- store/codec.py (LONG_FIELDS).
+local PIECE, PIECE_MIN = 63, 60
+local PIECE_CODE = {
+  payload = 'P', metadata = 'M', exit = 'E', failed_reason = 'R', backoff = 'B',
+  keep = 'K', trace = 'T', parent = 'A', dedupe_key = 'D',
+}
+
+-- Append field = value (in pieces when long) to the HSET argument array h,
+-- whose last used index is n; returns the new last index.
+local function put_long(h, n, field, value)
+  local len = #value
+  if len <= PIECE then
+    h[n + 1], h[n + 2] = field, value
+    return n + 2
+  end
+  local at, k = 1, 1
+  while at <= len do
+    local stop = at + PIECE - 1
+    if stop < len then
+      -- Back off (at most 3 bytes) while the cut would split a UTF-8 sequence.
+      local floor = stop - 3
+      while stop > floor do
+        local b = string.byte(value, stop + 1)
+        if b < 128 or b >= 192 then break end
+        stop = stop - 1
+      end
+    end
+    h[n + 1] = k == 1 and field or (PIECE_CODE[field] .. k)
+    h[n + 2] = string.sub(value, at, stop)
+    n, at, k = n + 2, stop + 1, k + 1
+  end
+  return n
+end
+
+-- The whole value of field, given its first piece (as HGET / HMGET read it).
+local function get_long(key, field, first)
+  if not first or #first < PIECE_MIN then return first end
+  local parts, k = { first }, 2
+  while true do
+    local piece = redis.call('HGET', key, PIECE_CODE[field] .. k)
+    if not piece then break end
+    parts[k] = piece
+    if #piece < PIECE_MIN then break end
+    k = k + 1
+  end
+  return table.concat(parts)
+end
+
+-- Remove the pieces after the first of field (the field itself stays).
+local function drop_pieces(key, field)
+  local k = 2
+  local code = PIECE_CODE[field]
+  while redis.call('HDEL', key, code .. k) == 1 do k = k + 1 end
+end
+
+-- HSET field = value (in pieces when long), replacing any earlier value.
+local function set_long(key, field, value)
+  drop_pieces(key, field)
+  local h = {}
+  put_long(h, 0, field, value)
+  redis.call('HSET', key, unpack(h))
+end
+
+-- HDEL field and its pieces.
+local function del_long(key, field)
+  if redis.call('HDEL', key, field) == 1 then drop_pieces(key, field) end
+end
+
 local function is_terminal(state)
   return state == 'completed' or state == 'failed' or state == 'cancelled'
 end
@@ -154,28 +234,28 @@ local function insert_job(id, r, dedupe_key, now, idx, seq, acc)
     now_s = fmt(now)
   end
   local state, run_at_s = 'waiting', now_s
+  local h = { 'name', r.name, 'queue', r.queue, 'state', state, 'enqueued_at', now_s, 'seq', seq }
+  local n = 10
+  -- run_at is absent while it equals enqueued_at (readers fall back to it).
   if r.delay > 0 then
     state, run_at_s = 'delayed', fmt(now + r.delay)
+    h[6], h[11], h[12], n = state, 'run_at', run_at_s, 12
   end
-  local h = {
-    'name', r.name, 'queue', r.queue, 'state', state, 'payload', r.payload,
-    'run_at', run_at_s, 'enqueued_at', now_s, 'seq', seq,
-  }
-  local n = 14
+  n = put_long(h, n, 'payload', r.payload)
   if r.opts then
     -- Optional fields only when they carry a value (absent = default).
-    if r.metadata ~= '' and r.metadata ~= '{}' then h[n + 1], h[n + 2], n = 'metadata', r.metadata, n + 2 end
+    if r.metadata ~= '' and r.metadata ~= '{}' then n = put_long(h, n, 'metadata', r.metadata) end
     if r.priority ~= '' and r.priority ~= '0' then h[n + 1], h[n + 2], n = 'priority', r.priority, n + 2 end
     if r.attempts_max ~= '' and r.attempts_max ~= '1' then
       h[n + 1], h[n + 2], n = 'attempts_max', r.attempts_max, n + 2
     end
-    if r.backoff ~= '' then h[n + 1], h[n + 2], n = 'backoff', r.backoff, n + 2 end
-    if r.keep ~= '' then h[n + 1], h[n + 2], n = 'keep', r.keep, n + 2 end
+    if r.backoff ~= '' then n = put_long(h, n, 'backoff', r.backoff) end
+    if r.keep ~= '' then n = put_long(h, n, 'keep', r.keep) end
     if r.timeout_ms ~= '' then h[n + 1], h[n + 2], n = 'timeout_ms', r.timeout_ms, n + 2 end
-    if r.trace ~= '' then h[n + 1], h[n + 2], n = 'trace', r.trace, n + 2 end
-    if r.parent ~= '' then h[n + 1], h[n + 2], n = 'parent', r.parent, n + 2 end
+    if r.trace ~= '' then n = put_long(h, n, 'trace', r.trace) end
+    if r.parent ~= '' then n = put_long(h, n, 'parent', r.parent) end
   end
-  if dedupe_key ~= '' then h[n + 1], h[n + 2], n = 'dedupe_key', dedupe_key, n + 2 end
+  if dedupe_key ~= '' then n = put_long(h, n, 'dedupe_key', dedupe_key) end
   redis.call('HSET', k_job(id), unpack(h))
   if r.mode == 'user' then reserve_user_id(id) end
   local queue, name = r.queue, r.name

@@ -4,12 +4,13 @@
 -- gone or is a remnant without its identifying fields (see is_row).
 local function snapshot(id)
   local f = redis.call('HMGET', k_job(id), 'state', 'queue', 'name', 'seq', 'priority',
-    'processed_at', 'cancel_requested', 'keep', 'dedupe_key', 'lock_token')
+    'pa', 'cancel_requested', 'keep', 'dedupe_key', 'lock_token')
   if not is_row(f[1], f[2], f[3], f[4]) then return nil end
+  local jk = k_job(id)
   return {
     state = f[1], queue = f[2], name = f[3], seq = f[4], priority = f[5] or '0',
-    processed_at = f[6] or nil, cancel_requested = f[7] == '1', keep = f[8] or nil,
-    dedupe_key = f[9] or nil, lock_token = f[10] or nil,
+    processed_at = f[6] or nil, cancel_requested = f[7] == '1', keep = get_long(jk, 'keep', f[8]) or nil,
+    dedupe_key = get_long(jk, 'dedupe_key', f[9]) or nil, lock_token = f[10] or nil,
   }
 end
 
@@ -33,15 +34,25 @@ end
 local function finish(id, j, to_state, opts, now)
   local jk = k_job(id)
   unlink_from_state(id, j)
-  redis.call('HSET', jk, 'state', to_state, 'finished_at', fmt(now))
+  -- The run's ledger entry is folded into the hash when the hash says it all
+  -- (see fold_attempt): the common case, a job that ends on its first run,
+  -- then has no ledger key at all.
+  local label = opts.ledger or to_state
+  local stored_exit = opts.store_exit and opts.exit_json or nil
+  local folded = label == to_state and opts.ledger_exit == stored_exit
+  if folded then
+    redis.call('HSET', jk, 'state', to_state, 'fa', fmt(now), 'lf', '1')
+  else
+    redis.call('HSET', jk, 'state', to_state, 'fa', fmt(now))
+  end
   redis.call('HDEL', jk, 'cancel_requested', 'lock_token', 'lock_expires_at')
-  if opts.store_exit and opts.exit_json then redis.call('HSET', jk, 'exit', opts.exit_json) end
-  if opts.failed_reason then redis.call('HSET', jk, 'failed_reason', opts.failed_reason) end
+  if stored_exit then set_long(jk, 'exit', stored_exit) end
+  if opts.failed_reason then set_long(jk, 'failed_reason', opts.failed_reason) end
   counts_add(j.queue, j.state, -1)
   counts_add(j.queue, to_state, 1)
   redis.call('HINCRBY', K_STATS .. to_state, fmt(math.floor(now / 60000)), 1)
   redis.call('HINCRBY', k_finished_total(), j.queue .. '|' .. to_state, 1)
-  append_attempt(id, opts.ledger or to_state, j.processed_at, now, opts.ledger_exit)
+  if not folded then append_attempt(id, label, j.processed_at, now, opts.ledger_exit) end
   append_outbox(id, to_state, now)
   release_dedupe(j.name, j.dedupe_key, id, now)
   retain_terminal(id, j.name, to_state, j.keep, now, opts.prune ~= false)

@@ -89,7 +89,7 @@ local function claim_next(now, token, lock_ms, queue, names)
     if row and f[1] == 'waiting' and waiting_member(f[4], id) == best_member then
       local expires = now + lock_ms
       redis.call('HSET', jk, 'state', 'active', 'lock_token', token,
-        'lock_expires_at', fmt(expires), 'processed_at', fmt(now))
+        'lock_expires_at', fmt(expires), 'pa', fmt(now))
       redis.call('ZADD', K_ACTIVE, expires, id)
       counts_add(queue, 'waiting', -1)
       counts_add(queue, 'active', 1)
@@ -159,7 +159,7 @@ local function ack_job(now, id, token, outcome, exit_json, retry_delay)
   if j.state ~= 'active' or j.lock_token ~= token then return { 'locklost' } end
 
   local jk = k_job(id)
-  redis.call('HINCRBY', jk, 'attempts_made', 1)
+  redis.call('HINCRBY', jk, 'am', 1)
   record_run(j, outcome, now)
   if outcome == 'complete' then
     finish(id, j, 'completed', { store_exit = true, exit_json = exit_json, ledger_exit = exit_json }, now)
