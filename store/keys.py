@@ -50,6 +50,8 @@ class StoreKeys:
         self.finished_total = f"{tag}:finishedtotal"
         #: The last mqcheck report (JSON), shown on the dashboard's index page.
         self.check_last = f"{tag}:check:last"
+        #: The data layout version of the store's job hashes (store/layout.py).
+        self.layout = f"{tag}:layout"
 
     def job(self, job_id: str) -> str:
         return f"{self.tag}:job:{job_id}"

@@ -58,7 +58,7 @@ class UnknownLayoutError(StoreFailure):
 
 
 def layout_key(keys: StoreKeys) -> str:
-    return f"{keys.tag}:layout"
+    return keys.layout
 
 
 def _read(client: Any, keys: StoreKeys) -> int | None:
