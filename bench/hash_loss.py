@@ -288,11 +288,9 @@ def run_hash_loss(
     twice = stalled = 0
     for start in range(0, len(ids), 500):
         chunk = [job_id for job_id in ids[start : start + 500] if job_id in survivors]
-        pipe = client.pipeline(transaction=False)
         for job_id in chunk:
-            pipe.lrange(store.keys.attempts(job_id), 0, -1)
-        for job_id, ledger in zip(chunk, pipe.execute(), strict=True):
-            outcomes = [json.loads(e)["outcome"] for e in ledger]
+            # Through the store: layout 2 folds a job's last run into its hash.
+            outcomes = [attempt.outcome for attempt in store.get_attempts(job_id)]
             stalled += "stalled" in outcomes
             terminal = [o for o in outcomes if o in TERMINAL_STATES]
             if len(terminal) != 1:
