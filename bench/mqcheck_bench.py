@@ -19,6 +19,7 @@ status 1 if a target or a consistency expectation fails.
 from __future__ import annotations
 
 import argparse
+import bisect
 import random
 import shutil
 import sys
@@ -113,6 +114,23 @@ def timed_check(store: RedisJobStore, client: Any, name: str, repair: bool) -> P
     return PassStats(name, report, seconds, calls, slow_ms, slow_op)
 
 
+_DIRECTORIES: dict[str, list[tuple[float, bytes, str]]] = {}
+
+
+def unlist(client: Any, store: RedisJobStore, directory: str, job_id: str) -> None:
+    """Drop a job from a chunked set behind the store's back (store/chunks.py): the ZREM
+    on its chunk that a careless operator would do, leaving the set's size as it was."""
+    if directory not in _DIRECTORIES:
+        _DIRECTORIES[directory] = [
+            (score, entry.rsplit("\0", 1)[0].encode(), entry.rsplit("\0", 1)[1])
+            for entry, score in client.zrange(directory, 0, -1, withscores=True)
+        ]
+    bounds = _DIRECTORIES[directory]
+    at = (float(client.hget(store.keys.job(job_id), "enqueued_at") or 0), job_id.encode())
+    rank = bisect.bisect_right([(s, b) for s, b, _ in bounds], at) - 1
+    client.zrem(f"{directory}\0{bounds[max(rank, 0)][2]}", job_id)
+
+
 def damage(store: RedisJobStore, client: Any, size: int) -> int:
     """Delete DELETE_SHARE of the job hashes and break a few memberships; returns hashes deleted."""
     rng = random.Random(13)
@@ -123,9 +141,10 @@ def damage(store: RedisJobStore, client: Any, size: int) -> int:
     deleted = sum(pipe.execute())
     survivors = [f"j-{n}" for n in rng.sample(range(1, size + 1), 200) if n not in set(victims)]
     for job_id in survivors[:100]:
-        client.zrem(store.keys.all, job_id)
+        unlist(client, store, store.keys.all, job_id)
     for job_id in survivors[100:]:
-        client.zrem(store.keys.byname(client.hget(store.keys.job(job_id), "name")), job_id)
+        name = client.hget(store.keys.job(job_id), "name")
+        unlist(client, store, store.keys.byname(name), job_id)
     client.hincrby(store.keys.counts, f"{QUEUES[0]}|waiting", 7)
     return int(deleted)
 

@@ -346,7 +346,7 @@ def bounded_index_status(job_store: Any) -> list[IndexSummary]:
     ``store.index_admin.index_status`` finds index zsets with SCAN, which reads every
     key of the database (millions of rows: seconds).  A page cannot afford that, so
     here the zsets are looked up by name: ``byname:<n>`` for every job name the store
-    knows and ``byqueue:<q>`` for every queue, each with one ZCARD in one pipeline.
+    knows and ``byqueue:<q>`` for every queue, each size one HGET in one pipeline.
     Zsets of names the store no longer lists are not counted; the SCAN-based
     ``reclaim_indexes --dry-run`` gives the exhaustive figure.
     """
@@ -358,11 +358,13 @@ def bounded_index_status(job_store: Any) -> list[IndexSummary]:
         pipe = job_store.client.pipeline(transaction=False)
         pipe.get(job_store.keys.index_ready("name"))
         pipe.get(job_store.keys.index_ready("queue"))
+        # The indexes are chunked sets: their sizes are kept in one hash (store/chunks.py).
         for name in names:
-            pipe.zcard(job_store.keys.byname(name))
+            pipe.hget(job_store.keys.index_counts, job_store.keys.byname(name))
         for queue in queues:
-            pipe.zcard(job_store.keys.byqueue(queue))
+            pipe.hget(job_store.keys.index_counts, job_store.keys.byqueue(queue))
         replies = pipe.execute()
+    replies[2:] = [int(v or 0) for v in replies[2:]]
     markers = {"name": replies[0], "queue": replies[1]}
     cards = {"name": replies[2 : 2 + len(names)], "queue": replies[2 + len(names) :]}
     known = {"name": len(names), "queue": len(queues)}

@@ -14,11 +14,15 @@ Passes, in order (each a stream of bounded calls):
    hashes, a missing all/state-set/index membership, lock fields on a job that
    is not active) and their (queue, state) tallies summed; the set, dedupe and
    flow keys are collected for the next passes.
-2. **members** -- ZSCAN (COUNT 500) of every state set and index
-   (``check_members``): dangling members (hash gone) and members of a set that
-   does not fit the job (wrong state, queue or name; a lock of a job that is
-   not active).  Store-wide sets go first, the queue index last, because the
-   queue of a dangling member of a store-wide set is looked up in that index.
+2. **members** -- ZSCAN (COUNT 500) of every state set, and a walk of the
+   all-jobs set and each index (chunked sets, store/chunks.py: their chunks
+   and directory entries are checked first, ``check_chunks``, and their size
+   counter compared with the members counted), with ``check_members``:
+   dangling members (hash gone) and members of a set that does not fit the job
+   (wrong state, queue or name; a lock of a job that is not active; listed
+   under another score than its enqueued_at).  Store-wide sets go first, the
+   queue index last, because the queue of a dangling member of a store-wide set
+   is looked up in that index.
 3. **dedupes** -- every dedupe entry and both dedupe indexes
    (``check_dedupes``).
 4. **flows** -- each flow's dependency rows, counted by status against the
@@ -41,6 +45,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from store.chunks import iter_members, sizes, split_chunk_key
 from store.keys import NUL
 from store.records import ALL_STATES, TERMINAL_STATES
 
@@ -63,6 +68,8 @@ KINDS: dict[str, str] = {
     "dedupe_unindexed": "dedupe entries missing from their index",
     "flow_counter": "flow counters that disagree with the child rows",
     "flow_orphan_rows": "flow rows whose parent job is gone",
+    "index_chunk": "chunks of the all-jobs set or an index that their directory does not match",
+    "index_count": "sizes of the all-jobs set or an index that differ from their members",
 }
 
 #: What ``--repair`` does for each kind.
@@ -79,6 +86,8 @@ REPAIRS: dict[str, str] = {
     "dedupe_unindexed": "indexed the entry",
     "flow_counter": "set the parent's counters to the row counts",
     "flow_orphan_rows": "deleted the rows",
+    "index_chunk": "fixed the directory entry, or put the stray chunk's members back in the set",
+    "index_count": "set the size to the number of members",
 }
 
 Progress = Callable[[str, int, int | None], None]
@@ -181,6 +190,8 @@ class _Checker:
         self.tallies: dict[str, int] = {}
         self.deltas: dict[str, int] = {}
         self.sets: list[tuple[str, str, str]] = []
+        #: Chunk numbers of each chunked set, by (kind, name or queue).
+        self.chunks: dict[tuple[str, str], list[str]] = {}
         self.dedupes: list[str] = []
         self.flows: list[str] = []
         self.tag_len = len(self.keys.tag) + 1
@@ -234,7 +245,8 @@ class _Checker:
     def check(self) -> CheckReport:
         store = self.store
         self.counts_before = self.read_counts()
-        total = int(self.command("zcard", self.keys.all))
+        total = sizes(self.store.client, self.keys, [self.keys.all])[0]
+        self.report.calls += 1
         self.pass_keys(total)
         self.pass_members()
         self.pass_dedupes()
@@ -269,6 +281,8 @@ class _Checker:
                     self.dedupes.append(rest[7:])
                 elif rest.startswith("flowchildren:"):
                     self.flows.append(rest[13:])
+                elif (chunk := _parse_chunk(key, self.tag_len)) is not None:
+                    self.chunks.setdefault(chunk[0], []).append(chunk[1])
                 elif rest.startswith(_SET_PREFIXES):
                     parsed = _parse_set(rest)
                     if parsed is not None:
@@ -293,14 +307,51 @@ class _Checker:
         order = {"active": 0, "finished": 1, "all": 2, "keepage": 2, "delayed": 3, "waiting": 3}
         sets = [("all", "", ""), ("active", "", ""), ("keepage", "", ""), *self.sets]
         sets.sort(key=lambda s: order.get(s[0], 4) + (1 if s[0] == "byqueue" else 0))
+        known = {(kind, a) for kind, a, _b in sets}
+        sets += [(kind, a, "") for kind, a in self.chunks if (kind, a) not in known]
         for done, (kind, a, b) in enumerate(sets, 1):
-            key = _set_key(self.keys, kind, a, b)
-            for members in self.zscan(key):
+            if kind in _CHUNKED:
+                self.check_chunked(kind, a)
+                pages: Iterator[list[str]] = (
+                    [x for pair in page for x in pair]
+                    for page in iter_members(self.run, kind, a, page=PAGE // 2)
+                )
+            else:
+                pages = self.zscan(_set_key(self.keys, kind, a, b))
+            for members in pages:
                 problems, counters = self.run("check_members", self.flag, kind, a, b, *members)
                 self.record(problems)
                 for name in counters:
                     self.deltas[name] = self.deltas.get(name, 0) - 1
             self.progress("sets", done, len(sets))
+
+    def check_chunked(self, kind: str, a: str) -> None:
+        """The structure of one chunked set: stray chunks, directory entries, its size."""
+        numbers = self.chunks.get((kind, a), [])
+        for start in range(0, len(numbers), PAGE):
+            problems, _ = self.run(
+                "check_chunks", self.flag, kind, a, "chunks", *numbers[start : start + PAGE]
+            )
+            self.record(problems)
+        directory = _set_key(self.keys, kind, a, "")
+        before = sizes(self.store.client, self.keys, [directory])[0]
+        counted = 0
+        for entries in self.zscan(directory):
+            problems, members = self.run("check_chunks", self.flag, kind, a, "entries", *entries)
+            self.record(problems)
+            counted += int(members)
+        after = sizes(self.store.client, self.keys, [directory])[0]
+        self.report.calls += 2
+        if before != after:
+            self.report.unsettled += 1
+            return
+        if counted == after:
+            return
+        fixed = False
+        if self.repair:
+            _, fixed = self.run("check_chunks", self.flag, kind, a, "size", after, counted)
+        subject = "all" if kind == "all" else f"{kind}:{a}"
+        self.report.add("index_count", subject, f"size {after}, members {counted}", bool(fixed))
 
     def pass_dedupes(self) -> None:
         now = self.store.now()
@@ -392,6 +443,23 @@ def _cluster_node(client: Any, tag: str) -> Any:
     if get_node is None:
         return None
     return get_node(tag)
+
+
+_CHUNKED = ("all", "byname", "byqueue")
+
+
+def _parse_chunk(key: str, tag_len: int) -> tuple[tuple[str, str], str] | None:
+    """((kind, name or queue), chunk number) of a chunk key of a chunked set, else None."""
+    split = split_chunk_key(key)
+    if split is None:
+        return None
+    rest = split[0][tag_len:]
+    if rest == "all":
+        return ("all", ""), split[1]
+    for kind in ("byname", "byqueue"):
+        if rest.startswith(kind + ":"):
+            return (kind, rest[len(kind) + 1 :]), split[1]
+    return None
 
 
 def _parse_set(rest: str) -> tuple[str, str, str] | None:

@@ -5,8 +5,9 @@ cover what boot deliberately does not do:
 
 * :func:`index_status` -- what each kind costs and whether its state looks
   consistent with this process's configuration;
-* :func:`reclaim_index` -- free the zsets of a kind once every store of the
-  prefix has it disabled (boot never deletes them: a sibling may still read);
+* :func:`reclaim_index` -- free the sets of a kind (each a directory and its
+  chunks, store/chunks.py) once every store of the prefix has it disabled
+  (boot never deletes them: a sibling may still read);
 * :func:`reindex` -- a full rebuild of one kind on demand (e.g. after holes
   older than the tail-heal window were found).
 
@@ -25,8 +26,10 @@ from typing import TYPE_CHECKING, Any
 import redis.cluster
 from redis.exceptions import RedisClusterException
 
+from store.chunks import split_chunk_key
 from store.errors import InvalidRequestError, JobStoreError
 from store.indexes import INDEX_KINDS, rebuild_index
+from store.keys import StoreKeys
 from store.redis_store import redis_errors
 
 if TYPE_CHECKING:
@@ -48,7 +51,7 @@ class IndexStatus:
     enabled: bool
     #: The ready marker (ms of the last reconcile start), None when absent.
     ready_at: int | None
-    #: Number of index zsets of this kind, and their members in total.
+    #: Number of index sets of this kind (one per name or queue), and their members in total.
     zsets: int
     members: int
     warnings: list[str] = field(default_factory=list)
@@ -58,6 +61,7 @@ class IndexStatus:
 class ReclaimResult:
     """What ``reclaim_index`` deleted (or, in a dry run, would delete)."""
 
+    #: Redis keys: each index set's directory and its chunks.
     keys: int
     members: int
     #: Sum of MEMORY USAGE of the keys before deletion (an estimate: Redis samples).
@@ -65,6 +69,8 @@ class ReclaimResult:
     dry_run: bool = False
     #: False when ``stop`` ended the run early (between batches).
     complete: bool = True
+    #: Index sets (directories) among the keys.
+    sets: int = 0
 
 
 ReclaimProgress = Callable[[ReclaimResult], None]
@@ -77,11 +83,17 @@ def glob_escape(text: str) -> str:
 
 
 def index_pattern(store: RedisJobStore, kind: str) -> str:
-    """The SCAN MATCH pattern of every index zset of ``kind`` -- and of nothing else."""
+    """The SCAN MATCH pattern of every key of an index of ``kind`` (directories and
+    chunks) -- and of nothing else."""
+    return keys_index_pattern(store.keys, kind)
+
+
+def keys_index_pattern(keys: StoreKeys, kind: str) -> str:
+    """``index_pattern`` from the store's keys alone."""
     _check_kind(kind)
     # keys.byname("") is "{p}:byname:"; the tag's braces are not glob characters,
     # but the prefix inside may hold any of *?[]\ (e.g. "x[1]*").
-    base = store.keys.byname("") if kind == "name" else store.keys.byqueue("")
+    base = keys.byname("") if kind == "name" else keys.byqueue("")
     return glob_escape(base) + "*"
 
 
@@ -101,15 +113,19 @@ def index_status(store: RedisJobStore) -> list[IndexStatus]:
         ready_at = _parse_marker(raw)
         zsets = members = 0
         for batch in _batches(_scan_unique(store, index_pattern(store, kind))):
+            # Members are counted in the chunks, sets by their directories.
             with _errors("index status"):
                 pipe = store.client.pipeline(transaction=False)
                 for key in batch:
                     pipe.zcard(key)
                 cards = pipe.execute()
-            for card in cards:
+            for key, card in zip(batch, cards, strict=True):
                 # A key deleted between SCAN and ZCARD reads 0: not counted.
-                if card:
+                if not card:
+                    continue
+                if split_chunk_key(key) is None:
                     zsets += 1
+                else:
                     members += int(card)
         enabled = bool(store.indexes[kind])
         out.append(
@@ -150,7 +166,7 @@ def reclaim_index(
     progress: ReclaimProgress | None = None,
     stop: Callable[[], bool] | None = None,
 ) -> ReclaimResult:
-    """Delete every index zset of ``kind`` and its ready marker.
+    """Delete every index set of ``kind`` (directories and chunks) and its ready marker.
 
     Refuses while this store has the kind enabled (its own boot would rebuild
     it, and list queries routed to it would come back empty meanwhile) unless
@@ -166,7 +182,7 @@ def reclaim_index(
             f"disable indexes.{kind} in every store of prefix {store.prefix!r} first, "
             "or force it"
         )
-    keys = members = size = 0
+    keys = members = size = sets = 0
     stopped = False
     scanned = (
         _scan_unique(store, index_pattern(store, kind))
@@ -180,23 +196,32 @@ def reclaim_index(
                 pipe.memory_usage(key)
                 pipe.zcard(key)
             measured = pipe.execute()
-            removed = len(batch) if dry_run else int(store.client.unlink(*batch))
-        for k in range(len(batch)):
+            directories = [key for key in batch if split_chunk_key(key) is None]
+            if not dry_run:
+                removed = int(store.client.unlink(*batch))
+                if directories:
+                    store.client.hdel(store.keys.index_counts, *directories)
+            else:
+                removed = len(batch)
+        for k, key in enumerate(batch):
             usage, card = measured[2 * k], measured[2 * k + 1]
             # A key gone before the pipeline ran (or seen twice by SCAN) weighs nothing.
             if card:
-                members += int(card)
                 size += int(usage or 0)
+                if split_chunk_key(key) is None:
+                    sets += 1
+                else:
+                    members += int(card)
         keys += removed
         if progress is not None:
-            progress(ReclaimResult(keys, members, size, dry_run, complete=False))
+            progress(ReclaimResult(keys, members, size, dry_run, complete=False, sets=sets))
         if stop is not None and stop():
             stopped = True
             break
     if not dry_run and not stopped:
         with _errors("reclaim index"):
             store.client.delete(store.keys.index_ready(kind))
-    return ReclaimResult(keys, members, size, dry_run, complete=not stopped)
+    return ReclaimResult(keys, members, size, dry_run, complete=not stopped, sets=sets)
 
 
 def reindex(store: RedisJobStore, kind: str, progress: RowsProgress | None = None) -> int:
@@ -252,15 +277,20 @@ def _errors(operation: str) -> Iterator[None]:
         raise JobStoreError(f"{operation} failed: {exc}", exc) from exc
 
 
-def _scan(store: RedisJobStore, pattern: str) -> Iterator[str]:
-    """Zset keys matching ``pattern``, paged by SCAN (may repeat a key on rehash)."""
-    client: Any = store.client
+def scan_zsets(client: Any, keys: StoreKeys, pattern: str) -> Iterator[str]:
+    """Zset keys of the store ``keys`` matching ``pattern``, paged by SCAN (COUNT 500;
+    may repeat a key on rehash).  On a Redis Cluster only the node owning the store's
+    slot is scanned."""
     kwargs: dict[str, Any] = {"match": pattern, "count": BATCH, "_type": "zset"}
     if isinstance(client, redis.cluster.RedisCluster):
         # All keys of a prefix share one slot: scan only the node that owns it.
-        kwargs["target_nodes"] = client.get_node_from_key(store.keys.all)
+        kwargs["target_nodes"] = client.get_node_from_key(keys.all)
     with _errors("index scan"):
         yield from client.scan_iter(**kwargs)
+
+
+def _scan(store: RedisJobStore, pattern: str) -> Iterator[str]:
+    return scan_zsets(store.client, store.keys, pattern)
 
 
 def _scan_unique(store: RedisJobStore, pattern: str) -> Iterator[str]:

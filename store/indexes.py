@@ -5,7 +5,7 @@ row delete), so an index is only complete if every writer of the prefix had
 it enabled: the ``indexes`` setting is a per-prefix invariant.  At store
 construction each kind is reconciled (store contract §7.3):
 
-* enabled, no ready marker -> full rebuild by a driver-paged ZSCAN of ``all``
+* enabled, no ready marker -> full rebuild by a driver-paged walk of ``all``
   (500 ids per script call), then the marker is set to the boot time;
 * enabled, marker present -> tail heal of rows enqueued since marker - 60 s,
   then the marker is re-stamped (this is what makes rolling deploys converge);
@@ -18,6 +18,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
+
+from store.chunks import iter_members
 
 if TYPE_CHECKING:
     from store.redis_store import RedisJobStore
@@ -53,27 +55,21 @@ def reconcile_indexes(store: RedisJobStore, boot_at: int) -> None:
 
 
 def rebuild_index(store: RedisJobStore, kind: str, progress: Progress | None = None) -> int:
-    """Index every row of ``all``: ZSCAN pages (COUNT 500), at most 500 ids per script call."""
-    cursor: int | str = 0
+    """Index every row of ``all``: pages of 500 ids (chunk_page), one script call each."""
     total = 0
-    while True:
-        cursor, flat = store._command("index rebuild", "zscan", store.keys.all, cursor, None, PAGE)
-        ids = [member for member, _score in flat]
-        for start in range(0, len(ids), PAGE):
-            chunk = ids[start : start + PAGE]
-            store._run("index_members", kind, *chunk)
-            total += len(chunk)
-            if progress is not None:
-                progress(total)
-        if int(cursor) == 0:
-            return total
+    for page in iter_members(store._run, "all", page=PAGE):
+        ids = [job_id for job_id, _score in page]
+        store._run("index_members", kind, *ids)
+        total += len(ids)
+        if progress is not None:
+            progress(total)
+    return total
 
 
 def heal_index_tail(store: RedisJobStore, kind: str, min_enqueued_at: int) -> int:
     """Re-index rows with enqueued_at >= ``min_enqueued_at``, 500 per call."""
-    offset = 0
-    while True:
-        scanned = int(store._run("index_tail", kind, str(min_enqueued_at), offset, PAGE))
-        offset += scanned
-        if scanned < PAGE:
-            return offset
+    total = 0
+    for page in iter_members(store._run, "all", min_score=min_enqueued_at, page=PAGE):
+        store._run("index_members", kind, *(job_id for job_id, _score in page))
+        total += len(page)
+    return total

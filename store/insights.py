@@ -289,8 +289,8 @@ class InsightOperations:
             states=plan.states,
             sources=plan.sources,
             metadata=plan.metadata,
+            strip=plan.strip,
         )
-        args.append(plan.strip)
         page = read_list_reply(self._run("list", *args))
         items: list[JobRecord] = []
         cursors: list[str] = []

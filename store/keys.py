@@ -52,6 +52,18 @@ class StoreKeys:
         self.check_last = f"{tag}:check:last"
         #: The data layout version of the store's job hashes (store/layout.py).
         self.layout = f"{tag}:layout"
+        #: The chunked sets' chunk-number counter and their sizes (store/chunks.py).
+        self.index_seq = f"{tag}:ixseq"
+        self.index_counts = f"{tag}:ixcount"
+
+    def migrating(self, key: str) -> str:
+        """Where ``migrate_set`` keeps the rest of the plain set ``key`` (a key of this
+        store) while it turns it into a chunked set (store/layout.py)."""
+        return f"{self.tag}:migrate:{key[len(self.tag) + 1 :]}"
+
+    def chunk(self, directory: str, number: str | int) -> str:
+        """A chunk of the chunked set whose directory is ``directory`` (``all``, an index)."""
+        return f"{directory}{NUL}{number}"
 
     def job(self, job_id: str) -> str:
         return f"{self.tag}:job:{job_id}"

@@ -15,10 +15,16 @@ Layout 2:
 * the ledger entry of a job's last run is folded into its hash (``lf``) when the hash says
   it all, so a job done on its first run has no ledger key.
 
+Layout 3 keeps the job hashes of layout 2 and stores the sets that list every job -- the
+all-jobs set ``all`` and the name/queue list indexes -- as chunked sets of listpack chunks
+(store/chunks.py) instead of one sorted set each (a skiplist past 128 members).
+
 The marker lives at ``{prefix}:layout``.  A store without it is new (stamped with the
-current layout) or was written by layout 1 (it holds jobs); a store of layout 1 does not
-start: ``manage.py migrate_store`` converts it in atomic calls of at most 500 jobs (stop the
-old version's processes first) and stamps the marker.  Any other layout refuses to start.
+current layout) or was written by layout 1 (it holds jobs); a store of layout 1 or 2 does
+not start: ``manage.py migrate_store`` converts it in atomic calls of at most 500 jobs (stop
+the old version's processes first) -- layout 1's hashes to layout 2 (the marker then says
+2), then layout 2's sets to chunked sets -- and stamps the marker.  Any other layout refuses
+to start.
 """
 
 from __future__ import annotations
@@ -39,9 +45,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 #: The layout this version writes and serves.
-LAYOUT = 2
+LAYOUT = 3
 #: Layouts ``migrate`` converts to ``LAYOUT``.
-MIGRATABLE = frozenset({1})
+MIGRATABLE = frozenset({1, 2})
 #: The most ids one migration call rewrites (and the ZSCAN COUNT hint).
 BATCH = 500
 
@@ -73,7 +79,7 @@ def _read(client: Any, keys: StoreKeys) -> int | None:
         raise UnknownLayoutError(
             f"store {keys.prefix!r} has an unreadable layout marker {raw!r} at "
             f"{layout_key(keys)}; this version serves layout {LAYOUT} (and `{MIGRATE_HINT}` "
-            "converts layout 1)"
+            "converts layouts 1 and 2)"
         ) from None
 
 
@@ -99,7 +105,7 @@ def check_layout(store: RedisJobStore) -> int:
     if layout != LAYOUT:
         raise UnknownLayoutError(
             f"store {store.prefix!r} uses data layout {layout}, which this version does not "
-            f"know (it serves layout {LAYOUT}; `{MIGRATE_HINT}` converts layout 1); the store "
+            f"know (it serves layout {LAYOUT}; `{MIGRATE_HINT}` converts layouts 1 and 2); the store "
             "is not started: run the version that wrote it"
         )
     return layout
@@ -107,11 +113,47 @@ def check_layout(store: RedisJobStore) -> int:
 
 @dataclass
 class MigrationResult:
+    #: Jobs whose hash the layout-1 pass looked at, and hashes it rewrote.
     scanned: int = 0
     rewritten: int = 0
     layout_before: int | None = None
     layout_after: int | None = None
     stopped: bool = False
+    #: The layout-2 pass: members moved into chunked sets, and sets converted.
+    moved: int = 0
+    sets: int = 0
+    #: Members the layout-2 pass has to move (read when it starts: for progress only).
+    to_move: int = 0
+    #: 'rows' (layout 1's hashes) or 'sets' (layout 2's sets): the pass running.
+    phase: str = "rows"
+
+
+#: The chunked sets of a store: (kind for migrate_set, index kind for the SCAN pattern).
+_INDEX_SETS = (("byname", "name"), ("byqueue", "queue"))
+
+
+def _plain_sets(client: Any, keys: StoreKeys) -> list[tuple[str, str]]:
+    """(kind, name or queue) of the all-jobs set and every index set of the store, for
+    migrate_set (which leaves a set already chunked alone): SCAN pages of 500."""
+    from store.chunks import split_chunk_key
+    from store.index_admin import keys_index_pattern, scan_zsets
+
+    found: list[tuple[str, str]] = [("all", "")]
+    seen: set[str] = set()
+    for kind, index_kind in _INDEX_SETS:
+        base = keys.byname("") if kind == "byname" else keys.byqueue("")
+        for key in scan_zsets(client, keys, keys_index_pattern(keys, index_kind)):
+            if key in seen or split_chunk_key(key) is not None:
+                continue
+            seen.add(key)
+            found.append((kind, key[len(base) :]))
+    return found
+
+
+def _set_key(keys: StoreKeys, kind: str, arg: str) -> str:
+    if kind == "all":
+        return keys.all
+    return keys.byname(arg) if kind == "byname" else keys.byqueue(arg)
 
 
 def migrate(
@@ -121,12 +163,15 @@ def migrate(
     should_stop: Callable[[], bool] | None = None,
     batch: int = BATCH,
 ) -> MigrationResult:
-    """Convert every job hash of store ``prefix`` to the current layout, then stamp the marker.
+    """Convert store ``prefix`` to the current layout, then stamp the marker.
 
-    Walks ``all`` (every job is a member) with ZSCAN pages; each page of at most ``batch``
-    ids is converted by one atomic script call (``migrate_rows``).  Idempotent: hashes
-    already in the current layout are left alone, so a stopped run is simply started again.
-    The old version's processes must be stopped first (they would go on writing layout 1).
+    Layout 1 -> 2: walks ``all`` (every job is a member) with ZSCAN pages; each page of at
+    most ``batch`` ids is converted by one atomic script call (``migrate_rows``); the marker
+    then says 2.  Layout 2 -> 3: each plain set listing jobs (``all``, every name and queue
+    index, found by SCAN) becomes a chunked set, ``batch`` members per atomic call
+    (``migrate_set``).  Idempotent: hashes and sets already converted are left alone, so a
+    stopped run is simply started again.  The old version's processes must be stopped first
+    (they would go on writing the old layout).
     """
     keys = StoreKeys(prefix)
     batch = max(1, min(int(batch), BATCH))
@@ -135,40 +180,103 @@ def migrate(
     if before is not None and before != LAYOUT and before not in MIGRATABLE:
         raise UnknownLayoutError(
             f"store {prefix!r} uses data layout {before}, which this version does not know "
-            f"(`{MIGRATE_HINT}` converts layout 1 to {LAYOUT}); nothing was changed"
+            f"(`{MIGRATE_HINT}` converts layouts 1 and 2 to {LAYOUT}); nothing was changed"
         )
-    if before in MIGRATABLE:
-        scripts = ScriptRegistry(client, keys.tag)
-        try:
-            cursor = 0
-            while True:
-                if should_stop is not None and should_stop():
-                    result.stopped = True
-                    break
+    scripts = ScriptRegistry(client, keys.tag) if before in MIGRATABLE else None
+    try:
+        if before == 1:
+            _migrate_rows(client, keys, scripts, result, progress, should_stop, batch)
+            if not result.stopped:
                 with redis_errors("migrate_store"):
-                    cursor, page = client.zscan(keys.all, cursor, count=batch)
-                ids = [member for member, _score in page]
-                for start in range(0, len(ids), batch):
-                    chunk = ids[start : start + batch]
-                    with redis_errors("migrate_store"):
-                        result.rewritten += int(scripts("migrate_rows", *chunk))
-                    result.scanned += len(chunk)
-                    if progress is not None:
-                        progress(result)
-                if cursor == 0:
-                    break
-        finally:
+                    client.set(layout_key(keys), "2")
+        if scripts is not None and not result.stopped:
+            _migrate_sets(client, keys, scripts, result, progress, should_stop, batch)
+    finally:
+        if scripts is not None:
             scripts.close()
     if not result.stopped:
         with redis_errors("migrate_store"):
             client.set(layout_key(keys), str(LAYOUT))
     result.layout_after = _read(client, keys)
     log.info(
-        "migrate_store %r: scanned %d jobs, rewrote %d hashes, layout %s -> %s",
+        "migrate_store %r: scanned %d jobs, rewrote %d hashes, moved %d members of %d sets "
+        "into chunks, layout %s -> %s",
         prefix,
         result.scanned,
         result.rewritten,
+        result.moved,
+        result.sets,
         before,
         result.layout_after,
     )
     return result
+
+
+def _migrate_rows(
+    client: Any,
+    keys: StoreKeys,
+    scripts: Any,
+    result: MigrationResult,
+    progress: Callable[[MigrationResult], None] | None,
+    should_stop: Callable[[], bool] | None,
+    batch: int,
+) -> None:
+    """Layout 1 -> 2: the job hashes, ZSCAN pages of ``all`` (a plain sorted set)."""
+    result.phase = "rows"
+    cursor = 0
+    while True:
+        if should_stop is not None and should_stop():
+            result.stopped = True
+            return
+        with redis_errors("migrate_store"):
+            cursor, page = client.zscan(keys.all, cursor, count=batch)
+        ids = [member for member, _score in page]
+        for start in range(0, len(ids), batch):
+            chunk = ids[start : start + batch]
+            with redis_errors("migrate_store"):
+                result.rewritten += int(scripts("migrate_rows", *chunk))
+            result.scanned += len(chunk)
+            if progress is not None:
+                progress(result)
+        if cursor == 0:
+            return
+
+
+def _migrate_sets(
+    client: Any,
+    keys: StoreKeys,
+    scripts: Any,
+    result: MigrationResult,
+    progress: Callable[[MigrationResult], None] | None,
+    should_stop: Callable[[], bool] | None,
+    batch: int,
+) -> None:
+    """Layout 2 -> 3: every plain set listing jobs becomes a chunked set."""
+    result.phase = "sets"
+    sets = _plain_sets(client, keys)
+    for start in range(0, len(sets), BATCH):
+        with redis_errors("migrate_store"):
+            pipe = client.pipeline(transaction=False)
+            for kind, arg in sets[start : start + BATCH]:
+                key = _set_key(keys, kind, arg)
+                # A set a stopped run began has its rest under the staging key.
+                pipe.zcard(keys.migrating(key))
+                pipe.zcard(key)
+            cards = pipe.execute()
+        for i in range(0, len(cards), 2):
+            result.to_move += int(cards[i]) if cards[i] else int(cards[i + 1])
+    for kind, arg in sets:
+        converted = False
+        while True:
+            if should_stop is not None and should_stop():
+                result.stopped = True
+                return
+            with redis_errors("migrate_store"):
+                moved, left = (int(x) for x in scripts("migrate_set", kind, arg, batch))
+            result.moved += moved
+            converted = converted or moved > 0
+            if progress is not None and moved:
+                progress(result)
+            if left == 0:
+                break
+        result.sets += int(converted)

@@ -51,6 +51,8 @@ class ListPlan:
     metadata: Mapping[str, str] = field(default_factory=dict)
     residual: tuple[str, ...] = ()
     empty: bool = False
+    #: The sources are chunked sets (store/chunks.py): the all-jobs set and the indexes.
+    chunked: bool = False
 
 
 def parse_cursor(cursor: str | None) -> tuple[str, str] | None:
@@ -79,6 +81,8 @@ def list_script_args(
     states: str,
     sources: Sequence[str],
     metadata: Mapping[str, str],
+    strip: int = 0,
+    chunked: bool = False,
 ) -> list[object]:
     """ARGV of ``list.lua`` (its header documents them), from a planned query.
 
@@ -102,6 +106,7 @@ def list_script_args(
     ]
     for key, value in metadata.items():
         args.extend((key, value))
+    args.extend((strip, "1" if chunked else "0"))
     return args
 
 
@@ -214,6 +219,7 @@ def plan_list_query(
             metadata=meta,
             residual=_residual(queue=queue, states=state_list, metadata=meta),
             empty=empty,
+            chunked=True,
         )
     if queue is not None:
         if not indexes.get("queue", True):
@@ -229,6 +235,7 @@ def plan_list_query(
             metadata=meta,
             residual=_residual(states=state_list, metadata=meta),
             empty=empty,
+            chunked=True,
         )
     return ListPlan(
         [keys.all],
@@ -238,6 +245,7 @@ def plan_list_query(
         metadata=meta,
         residual=_residual(states=state_list, metadata=meta),
         empty=empty,
+        chunked=True,
     )
 
 

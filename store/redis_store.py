@@ -717,6 +717,7 @@ class RedisJobStore(ScheduleOperations, FlowOperations, InsightOperations):
             states=plan.states,
             sources=plan.sources,
             metadata=plan.metadata,
+            chunked=plan.chunked,
         )
         page = read_list_reply(self._run("list", *args))
         items = [

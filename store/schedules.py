@@ -23,6 +23,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from croniter import croniter
 
 from store import codec
+from store.chunks import iter_members
 from store.errors import InvalidRequestError, JobNotFoundError, JobStoreError
 from store.records import EnqueueRequest, EnqueueResult, ScheduleRecord
 
@@ -308,13 +309,10 @@ class ScheduleOperations:
         """
         if not self.indexes.get("name", True):
             return []
-        ids = self._command(
-            "schedule_last_runs",
-            "zrevrange",
-            self.keys.byname(schedule.job_name),
-            0,
-            SCHEDULE_RUN_SCAN - 1,
+        pages = iter_members(
+            self._run, "byname", schedule.job_name, page=SCHEDULE_RUN_SCAN, newest_first=True
         )
+        ids = [job_id for job_id, _score in next(pages, [])]
         prefix = f"sched/{schedule.key}/"
         own = [job_id for job_id in ids if job_id.startswith(prefix)][:limit]
         return [record for record in self.get_jobs(own) if record is not None]

@@ -10,7 +10,8 @@
 -- flat (kind, id, detail) triples:
 --   partial_hash             the hash lacks state, queue, name or seq, or has an
 --                            unknown state (repair: the remnant is deleted)
---   missing_from_all         not in the all-jobs zset (repair: added)
+--   missing_from_all         not in the all-jobs set under its enqueued_at (repair:
+--                            added; a row without enqueued_at gets now)
 --   missing_from_state_set   not in the set of its state (repair: added, with
 --                            the score that state uses)
 --   missing_from_index       not in an enabled name/queue index (repair: added)
@@ -31,6 +32,8 @@ local function report(kind, id, detail)
   out[#out + 1] = detail
 end
 local function missing(key, member) return not redis.call('ZSCORE', key, member) end
+-- The chunked sets (all, the indexes) are looked up by the job's enqueued_at.
+local function unlisted(dir, score, id) return not CZ.has(dir, score, id) end
 
 for i = 4, #ARGV do
   local id = ARGV[i]
@@ -45,10 +48,15 @@ for i = 4, #ARGV do
       order[#order + 1] = field
     end
     tally[field] = tally[field] + 1
-    local enqueued = f[9] or fmt(now)
-    if missing(K_ALL, id) then
+    local enqueued = f[9]
+    if repair and not enqueued then
+      -- A row without its enqueue time gets one: the chunked sets are scored by it.
+      enqueued = fmt(now)
+      redis.call('HSET', jk, 'enqueued_at', enqueued)
+    end
+    if unlisted(K_ALL, enqueued, id) then
       report('missing_from_all', id, '')
-      if repair then redis.call('ZADD', K_ALL, enqueued, id) end
+      if repair then CZ.add(K_ALL, enqueued, id) end
     end
     if state == 'waiting' then
       if missing(k_waiting(queue, name), waiting_member(seq, id)) then
@@ -76,13 +84,13 @@ for i = 4, #ARGV do
         end
       end
     end
-    if string.byte(idx, 1) == 49 and missing(k_byname(name), id) then
+    if string.byte(idx, 1) == 49 and unlisted(k_byname(name), enqueued, id) then
       report('missing_from_index', id, 'name')
-      if repair then redis.call('ZADD', k_byname(name), enqueued, id) end
+      if repair then CZ.add(k_byname(name), enqueued, id) end
     end
-    if string.byte(idx, 2) == 49 and missing(k_byqueue(queue), id) then
+    if string.byte(idx, 2) == 49 and unlisted(k_byqueue(queue), enqueued, id) then
       report('missing_from_index', id, 'queue')
-      if repair then redis.call('ZADD', k_byqueue(queue), enqueued, id) end
+      if repair then CZ.add(k_byqueue(queue), enqueued, id) end
     end
     if state ~= 'active' and (f[10] or f[7]) then
       report('stray_lock', id, state)

@@ -6,20 +6,23 @@
 --          'waiting' (ARGV[3] queue, ARGV[4] name) | 'finished' (ARGV[3] state) |
 --          'terminal' (ARGV[3] state, ARGV[4] name) | 'byname' (ARGV[3] name) |
 --          'byqueue' (ARGV[3] queue)
--- ARGV[5..]  members (at most 500; members gone from the set by now are skipped)
+-- ARGV[5..]  members (at most 500; members gone from the set by now are skipped);
+--          for the chunked sets (all, byname, byqueue) member, score pairs
 --
 -- Reply: {problems, counters}.  problems: flat (kind, id, detail) triples:
 --   dangling_member   the member's job hash is gone (repair: removed, with the
 --                     counter of the state the set stands for)
 --   wrong_set_member  the job is in another state, queue or name than the set
---                     stands for (repair: removed; the row is counted elsewhere)
+--                     stands for, or a chunked set lists it under another score
+--                     than its enqueued_at (repair: removed; the row is counted
+--                     elsewhere, and check_jobs lists it under the right score)
 --   stray_lock        an active-set entry (a lock) of a job that is not active
 --                     (repair: removed)
 -- counters: the counter fields the repair decremented (mqcheck's bookkeeping).
 -- Remnant hashes (identifying fields lost) are check_jobs' to report.
 local repair = ARGV[1] == '1'
 local kind, a, b = ARGV[2], ARGV[3], ARGV[4]
-local key
+local key, chunked
 if kind == 'all' then key = K_ALL
 elseif kind == 'active' then key = K_ACTIVE
 elseif kind == 'keepage' then key = K_KEEPAGE
@@ -30,6 +33,7 @@ elseif kind == 'terminal' then key = k_terminal(b, a)
 elseif kind == 'byname' then key = k_byname(a)
 elseif kind == 'byqueue' then key = k_byqueue(a)
 else return redis.error_reply('check_members: unknown set kind ' .. kind) end
+chunked = kind == 'all' or kind == 'byname' or kind == 'byqueue'
 
 local out, counters = {}, {}
 local function report(problem, id, detail)
@@ -44,27 +48,42 @@ local function uncount_for(id)
   if kind == 'waiting' then field = uncount(a, 'waiting')
   elseif kind == 'delayed' then field = uncount(a, 'delayed')
   elseif kind == 'active' or kind == 'finished' then
-    local queue = orphan_queue(id)
-    if queue then field = uncount(queue, kind == 'active' and 'active' or a) end
+    local state = kind == 'active' and 'active' or a
+    local queue = orphan_queue(id, state)
+    if queue then field = uncount(queue, state) end
   end
   if field then counters[#counters + 1] = field end
 end
 
-for i = 5, #ARGV do
+local step = chunked and 2 or 1
+local score
+local function listed(member)
+  if chunked then return CZ.has(key, score, member) end
+  return redis.call('ZSCORE', key, member)
+end
+local function unlist(member)
+  if chunked then CZ.rem(key, score, member) else redis.call('ZREM', key, member) end
+end
+
+for i = 5, #ARGV, step do
   local member = ARGV[i]
-  if redis.call('ZSCORE', key, member) then
+  score = ARGV[i + 1]
+  if listed(member) then
     local id = member
     if kind == 'waiting' then id = string.sub(member, 17) end
-    local f = redis.call('HMGET', k_job(id), 'state', 'queue', 'name', 'seq')
+    local f = redis.call('HMGET', k_job(id), 'state', 'queue', 'name', 'seq', 'enqueued_at')
     local state, queue, name, seq = f[1], f[2], f[3], f[4]
     if not is_row(state, queue, name, seq) then
       if redis.call('EXISTS', k_job(id)) == 0 then
         report('dangling_member', id, kind)
         if repair then
-          redis.call('ZREM', key, member)
+          unlist(member)
           uncount_for(id)
         end
       end
+    elseif chunked and f[5] and tonumber(f[5]) ~= tonumber(score) then
+      report('wrong_set_member', id, kind .. ' (listed at ' .. score .. ', enqueued at ' .. f[5] .. ')')
+      if repair then unlist(member) end
     else
       local fits
       if kind == 'all' then fits = true
@@ -83,7 +102,7 @@ for i = 5, #ARGV do
         else
           report('wrong_set_member', id, kind .. ' (job is ' .. state .. ')')
         end
-        if repair then redis.call('ZREM', key, member) end
+        if repair then unlist(member) end
       end
     end
   end

@@ -5,7 +5,7 @@
 --
 -- Reply: the number of rows indexed (ids whose row is gone, or lacks its
 -- name, queue or enqueued_at, are skipped).
--- Idempotent ZADDs scored by enqueued_at, so re-visits are harmless.
+-- Idempotent adds scored by enqueued_at, so re-visits are harmless.
 local kind = ARGV[1]
 local indexed = 0
 for i = 2, #ARGV do
@@ -13,9 +13,9 @@ for i = 2, #ARGV do
   local f = redis.call('HMGET', k_job(id), 'name', 'queue', 'enqueued_at')
   if f[1] and f[2] and f[3] then
     if kind == 'name' then
-      redis.call('ZADD', k_byname(f[1]), f[3], id)
+      CZ.add(k_byname(f[1]), f[3], id)
     else
-      redis.call('ZADD', k_byqueue(f[2]), f[3], id)
+      CZ.add(k_byqueue(f[2]), f[3], id)
     end
     indexed = indexed + 1
   end

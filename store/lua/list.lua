@@ -7,8 +7,10 @@
 -- ARGV[9]  residual states, comma-joined ('' = any)
 -- ARGV[10] number of sources n, ARGV[11..10+n] source zset keys (scored by the
 --          order value, members are job ids), then m, then m metadata key/value pairs,
---          then optionally the length of a prefix every member carries before its
---          job id (the waiting sets' 16-digit sequence; '' or absent = 0)
+--          then the length of a prefix every member carries before its job id
+--          (the waiting sets' 16-digit sequence; '' or absent = 0), then '1'
+--          when the sources are chunked sets (lib/02b_chunks.lua: the all-jobs
+--          set and the list indexes, scored by enqueued_at)
 --
 -- Reply: {more, truncated, scanned, item_value, item_id, seen_value, seen_id,
 --         id1, pairs1, id2, pairs2, ...}
@@ -34,16 +36,8 @@ local m = tonumber(ARGV[11 + n])
 local f_meta = {}
 for i = 1, m do f_meta[ARGV[10 + n + 2 * i]] = ARGV[11 + n + 2 * i] end
 local strip = tonumber(ARGV[12 + n + 2 * m] or '') or 0
-
--- Byte-wise string order (Lua's own < follows the server's locale).
-local function bytes_lt(a, b)
-  local la, lb = #a, #b
-  for i = 1, math.min(la, lb) do
-    local x, y = string.byte(a, i), string.byte(b, i)
-    if x ~= y then return x < y end
-  end
-  return la < lb
-end
+local chunked = ARGV[13 + n + 2 * m] == '1'
+local bytes_lt = CZ.lt
 
 -- before(a, b): a comes first in the requested order.
 local function before(sa, ia, sb, ib)
@@ -82,23 +76,6 @@ local function start_rank(key)
   return lo
 end
 
-local PAGE = 100
-local heads = {}
-for i, key in ipairs(sources) do
-  heads[i] = { key = key, rank = start_rank(key), buf = {}, pos = 1 }
-end
-
-local function peek(h)
-  if h.pos > #h.buf then
-    if h.done then return nil end
-    h.buf = fetch(h.key, h.rank, h.rank + PAGE - 1)
-    h.pos = 1
-    if #h.buf < PAGE * 2 then h.done = true end
-    if #h.buf == 0 then return nil end
-  end
-  return h.buf[h.pos], tonumber(h.buf[h.pos + 1]), h.buf[h.pos + 1]
-end
-
 -- The counter a dangling member of a source held: delayed:<queue> names its
 -- queue; finished:<state> is store-wide (the queue comes from orphan_queue).
 local DELAYED_PREFIX, FINISHED_PREFIX = B .. ':delayed:', B .. ':finished:'
@@ -107,14 +84,126 @@ local function uncount_source(key, id)
     uncount(string.sub(key, #DELAYED_PREFIX + 1), 'delayed')
   elseif string.sub(key, 1, #FINISHED_PREFIX) == FINISHED_PREFIX then
     local state = string.sub(key, #FINISHED_PREFIX + 1)
-    local queue = is_terminal(state) and orphan_queue(id)
+    local queue = is_terminal(state) and orphan_queue(id, state)
     if queue then uncount(queue, state) end
   end
 end
 
-local function matches(jk)
-  local f = redis.call('HMGET', jk, 'queue', 'name', 'state', 'metadata')
+local PAGE = 100
+
+-- A head reads one source in the requested order: peek() the next member,
+-- pop() it, heal() to drop the member just popped (its row is gone).
+local function zset_head(key)
+  local h = { key = key, rank = start_rank(key), buf = {}, pos = 1 }
+  function h.peek()
+    if h.pos > #h.buf then
+      if h.done then return nil end
+      h.buf = fetch(h.key, h.rank, h.rank + PAGE - 1)
+      h.pos = 1
+      if #h.buf < PAGE * 2 then h.done = true end
+      if #h.buf == 0 then return nil end
+    end
+    return h.buf[h.pos], tonumber(h.buf[h.pos + 1]), h.buf[h.pos + 1]
+  end
+  function h.pop()
+    h.pos = h.pos + 2
+    h.rank = h.rank + 1
+  end
+  function h.heal(member)
+    -- Ranks after it shift down.
+    if redis.call('ZREM', h.key, member) == 1 then uncount_source(h.key, member) end
+    h.rank = h.rank - 1
+  end
+  return h
+end
+
+-- A chunked set is read a chunk at a time, by directory rank.  The first
+-- chunk read after a cursor starts past it.
+local function chunk_head(dir)
+  local h = { key = dir, buf = {}, pos = 1, ck = nil, gone = false }
+  local first = nil
+  if has_cursor then
+    local member, rank = CZ.locate(dir, tonumber(c_value), c_value, c_id)
+    if member then
+      h.rank = rank or redis.call('ZRANK', dir, member)
+      first = h.rank
+    elseif desc then
+      h.done = true -- nothing sorts before the cursor
+    else
+      h.rank = 0
+    end
+  elseif desc then
+    h.rank = redis.call('ZCARD', dir) - 1
+  else
+    h.rank = 0
+  end
+  local function load()
+    while not h.done do
+      if h.rank < 0 then
+        h.done = true
+        break
+      end
+      local entry = redis.call('ZRANGE', dir, h.rank, h.rank)[1]
+      if not entry then
+        h.done = true
+        break
+      end
+      local _, cn = CZ.parse(entry)
+      local ck = CZ.chunk(dir, cn)
+      local flat = desc and redis.call('ZREVRANGE', ck, 0, -1, 'WITHSCORES')
+        or redis.call('ZRANGE', ck, 0, -1, 'WITHSCORES')
+      local start = 1
+      if first == h.rank then
+        -- Skip what does not come strictly after the cursor.
+        local cv = tonumber(c_value)
+        while start <= #flat and not before(cv, c_id, tonumber(flat[start + 1]), flat[start]) do
+          start = start + 2
+        end
+      end
+      h.entry, h.ck, h.buf, h.pos, h.gone = entry, ck, flat, start, false
+      if #flat == 0 then
+        -- A directory entry without its chunk (the key was lost): heal it.
+        redis.call('ZREM', dir, entry)
+        if desc then h.rank = h.rank - 1 end
+      elseif start > #flat then
+        h.rank = desc and h.rank - 1 or h.rank + 1
+      else
+        return true
+      end
+    end
+    return false
+  end
+  function h.peek()
+    if h.pos > #h.buf then
+      if h.ck then
+        -- Next chunk: an ascending walk stays on this rank when the entry went.
+        if desc then h.rank = h.rank - 1 elseif not h.gone then h.rank = h.rank + 1 end
+        h.ck = nil
+      end
+      if not load() then return nil end
+    end
+    return h.buf[h.pos], tonumber(h.buf[h.pos + 1]), h.buf[h.pos + 1]
+  end
+  function h.pop()
+    h.pos = h.pos + 2
+  end
+  function h.heal(member)
+    if CZ.drop(dir, h.ck, member) then h.gone = true end
+  end
+  return h
+end
+
+local heads = {}
+for i, key in ipairs(sources) do
+  heads[i] = chunked and chunk_head(key) or zset_head(key)
+end
+
+-- nil: the member is an orphan (its row is gone, or, in a chunked set scored
+-- by enqueued_at, it is a stale entry under another score).
+local function matches(jk, score)
+  local f = redis.call('HMGET', jk, 'queue', 'name', 'state', 'metadata', 'enqueued_at')
   if not f[1] then return nil end
+  if chunked and f[5] and tonumber(f[5]) ~= score then return nil end
   if f_queue ~= '' and f[1] ~= f_queue then return false end
   if f_name ~= '' and f[2] ~= f_name then return false end
   if f_states and not f_states[f[3] or 'waiting'] then return false end
@@ -133,7 +222,7 @@ local found, scanned = 0, 0
 while true do
   local best, best_id, best_score, best_raw = nil, nil, nil, nil
   for i, h in ipairs(heads) do
-    local id, score, raw = peek(h)
+    local id, score, raw = h.peek()
     if id and (best == nil or before(score, id, best_score, best_id)) then
       best, best_id, best_score, best_raw = i, id, score, raw
     end
@@ -144,18 +233,16 @@ while true do
     break
   end
   local h = heads[best]
-  h.pos = h.pos + 2
-  h.rank = h.rank + 1
+  h.pop()
   scanned = scanned + 1
   local job_id = best_id
   if strip > 0 then job_id = string.sub(best_id, strip + 1) end
   local jk = k_job(job_id)
-  local ok = matches(jk)
+  local ok = matches(jk, best_score)
   if ok == nil then
-    -- An orphan: the row is gone.  Heal this source (ranks after it shift down)
-    -- and, for a state set, take back the counter the job held.
-    if redis.call('ZREM', h.key, best_id) == 1 then uncount_source(h.key, best_id) end
-    h.rank = h.rank - 1
+    -- An orphan: heal this source and, for a state set, take back the counter
+    -- the job held.
+    h.heal(best_id)
   elseif ok then
     if found == limit then
       out[1] = '1'

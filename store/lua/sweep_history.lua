@@ -31,7 +31,7 @@ for _, id in ipairs(ids) do
     -- Dangling (the hash is gone): drop it, with its counter when known.
     redis.call('ZREM', source, id)
     if expect then
-      local queue = orphan_queue(id)
+      local queue = orphan_queue(id, expect)
       if queue then uncount(queue, expect) end
     end
     deleted = deleted + 1

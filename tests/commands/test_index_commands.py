@@ -19,7 +19,7 @@ from django.core.management.base import CommandError
 
 from store import FakeClock, RedisJobStore
 from store.index_admin import index_pattern
-from tests.store.helpers import req
+from tests.store.helpers import chunked_members, chunked_remove, req
 
 ROWS = 1250
 
@@ -61,6 +61,7 @@ def seeded(make_store: Callable[..., RedisJobStore], redis_client: Any) -> Redis
 
 
 def name_keys(redis_client: Any, store: RedisJobStore) -> set[str]:
+    """Every key of the name index: a directory and one chunk per name (store/chunks.py)."""
     return set(redis_client.scan_iter(match=index_pattern(store, "name"), count=1000))
 
 
@@ -71,21 +72,23 @@ def test_reclaim_dry_run_reports_and_deletes_nothing(configure, seeded, redis_cl
     configure(indexes={"name": False})
     before = name_keys(redis_client, seeded)
     out, _ = run("reclaim_indexes", "--kind", "name", "--store", "idx", "--dry-run")
-    assert re.search(rf"would delete {ROWS} keys, {ROWS} members, ~\d+\.\d\d MB", out), out
+    summary = rf"would delete {2 * ROWS} keys \({ROWS} index sets\), {ROWS} members, ~\d+\.\d\d MB"
+    assert re.search(summary, out), out
     assert "freed" not in out.splitlines()[-1]
     assert name_keys(redis_client, seeded) == before
-    assert len(before) == ROWS
+    assert len(before) == 2 * ROWS
 
 
 def test_reclaim_deletes_the_kind_and_prints_a_summary(configure, seeded, redis_client):
     configure(indexes={"name": False})
     # The name marker exists (seeded store); the command's own boot drops it anyway.
     out, _ = run("reclaim_indexes", "--kind", "name", "--store", "idx")
-    assert re.search(rf"deleted {ROWS} keys, {ROWS} members, ~\d+\.\d\d MB freed", out), out
+    summary = rf"deleted {2 * ROWS} keys \({ROWS} index sets\), {ROWS} members, ~\d+\.\d\d MB freed"
+    assert re.search(summary, out), out
     assert name_keys(redis_client, seeded) == set()
     assert redis_client.get(seeded.keys.index_ready("name")) is None
     # The queue index and the rows are untouched.
-    assert redis_client.zcard(seeded.keys.byqueue("q0")) == len(range(0, ROWS, 3))
+    assert len(chunked_members(redis_client, seeded.keys.byqueue("q0"))) == len(range(0, ROWS, 3))
     assert seeded.get_job(seeded.list(limit=1).items[0].id) is not None
 
 
@@ -105,9 +108,11 @@ def test_reclaim_refuses_while_the_index_is_enabled_in_settings(configure, seede
 def test_reclaim_with_force_deletes_an_enabled_index(configure, seeded, redis_client):
     configure(indexes=True)
     out, _ = run("reclaim_indexes", "--kind", "queue", "--store", "idx", "--force")
-    assert f"deleted 3 keys, {ROWS} members" in out
+    # Three queues of ~417 members: a directory and its chunks (128 members at most) each.
+    assert re.search(rf"deleted \d+ keys \(3 index sets\), {ROWS} members", out), out
     assert not redis_client.exists(*(seeded.keys.byqueue(f"q{i}") for i in range(3)))
-    assert len(name_keys(redis_client, seeded)) == ROWS
+    assert not redis_client.keys(seeded.keys.byqueue("") + "*")
+    assert len(name_keys(redis_client, seeded)) == 2 * ROWS
 
 
 def test_reclaim_progress_rewrites_one_line_on_a_terminal(configure, seeded):
@@ -117,7 +122,7 @@ def test_reclaim_progress_rewrites_one_line_on_a_terminal(configure, seeded):
     lines = out.split("\n")  # not splitlines(): it would split at the "\r" too
     # Progress overwrites one line in place, then the summary starts on a fresh line.
     assert lines[0].startswith("\r\x1b[2K") and lines[0].endswith("so far")
-    assert lines[1].startswith(f"deleted {ROWS} keys, {ROWS} members")
+    assert lines[1].startswith(f"deleted {2 * ROWS} keys ({ROWS} index sets), {ROWS} members")
     assert all(not line.startswith("\r") for line in lines[1:])
 
 
@@ -143,13 +148,13 @@ def test_reclaim_stops_cleanly_on_sigint(configure, seeded, redis_client, monkey
     assert stopped.value.returncode == 130
     assert "run the command again" in str(stopped.value)
     assert "SIGINT: stopping after the current batch" in err.getvalue()
-    assert "deleted 500 keys, 500 members" in out.getvalue()
-    assert len(name_keys(redis_client, seeded)) == ROWS - 500
+    assert re.search(r"deleted 500 keys \(\d+ index sets\), \d+ members", out.getvalue())
+    assert len(name_keys(redis_client, seeded)) == 2 * ROWS - 500
     assert signal.getsignal(signal.SIGINT) is previous  # handlers restored
 
     # Running it again finishes the job.
     rest, _ = run("reclaim_indexes", "--kind", "name", "--store", "idx")
-    assert f"deleted {ROWS - 500} keys" in rest
+    assert f"deleted {2 * ROWS - 500} keys" in rest
     assert name_keys(redis_client, seeded) == set()
 
 
@@ -170,7 +175,7 @@ def test_reindex_rebuilds_and_prints_rows_per_second(configure, seeded, redis_cl
     # An old hole (marker moved past the rows' tail window first): boot would not heal it.
     RedisJobStore(redis_client, prefix=prefix, clock=FakeClock(10_000_000)).close()
     victim = seeded.list(name="N600").items[0].id
-    redis_client.zrem(seeded.keys.byname("N600"), victim)
+    chunked_remove(redis_client, seeded.keys.byname("N600"), victim)
     out, _ = run("reindex", "--kind", "name", "--store", "idx")
     assert re.search(
         rf"reindexed {ROWS} rows of the name index of store 'idx' \(prefix '{prefix}'\) "

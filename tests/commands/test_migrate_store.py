@@ -66,13 +66,16 @@ def test_migrate_store_converts_every_hash_with_a_progress_bar(layout_1, make_st
     assert "[##############################] 100%" in out
     assert f"{ROWS:,}/{ROWS:,} jobs" in out
     assert f"scanned {ROWS:,} jobs, rewrote {ROWS:,} hashes" in out
+    # Then the sets (all, the name and queue indexes) become chunked sets.
+    assert f"{3 * ROWS:,}/{3 * ROWS:,} members into chunks" in out
+    assert f"moved {3 * ROWS:,} members of 3 sets into chunks" in out
     assert f"layout 1 -> {LAYOUT}" in out
     assert redis_client.get(layout_key(old.keys)) == str(LAYOUT)
     assert all(compact(redis_client, old.keys.job(job_id)) for job_id in before)
     assert records(make_store()) == before
     # Again: nothing left to do.
     out, _ = run("--store", "old")
-    assert "rewrote 0 hashes" in out
+    assert "rewrote 0 hashes, moved 0 members" in out
 
 
 def test_migrate_store_refuses_a_bad_batch(layout_1):  # noqa: ARG001 (settings)

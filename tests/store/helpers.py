@@ -208,3 +208,55 @@ def extra_prefix(client: Any) -> Iterator[str]:
         batch = list(client.scan_iter(match="{" + value + "}*", count=500))
         for start in range(0, len(batch), 500):
             client.unlink(*batch[start : start + 500])
+
+
+# ------------------------------------------------------------------ chunked sets
+
+
+def chunked_members(client: Any, directory: str) -> dict[str, float]:
+    """Every member of a chunked set (``all``, an index) with its score, read key by key.
+
+    Reads the layout directly (not through the store's scripts), so tests see what is
+    stored.  For test-sized sets only."""
+    members: dict[str, float] = {}
+    for entry in client.zrange(directory, 0, -1):
+        number = entry.rsplit("\0", 1)[1]
+        for member, score in client.zrange(f"{directory}\0{number}", 0, -1, withscores=True):
+            assert member not in members, f"{member} is in two chunks of {directory}"
+            members[member] = score
+    return members
+
+
+def assert_chunked_set(client: Any, directory: str, counts_key: str) -> dict[str, float]:
+    """Check the invariants of a chunked set; returns its members.
+
+    Each chunk holds 1..128 members, is a listpack, its lower bound is its first member,
+    and its members sort before the next chunk's; the size in ``counts_key`` is exact."""
+    entries = client.zrange(directory, 0, -1, withscores=True)
+    bounds = [
+        ((score, entry.rsplit("\0", 1)[0].encode()), entry.rsplit("\0", 1)[1])
+        for entry, score in entries
+    ]
+    assert [b for b, _ in bounds] == sorted(b for b, _ in bounds)
+    members: dict[str, float] = {}
+    for i, (bound, number) in enumerate(bounds):
+        key = f"{directory}\0{number}"
+        flat = client.zrange(key, 0, -1, withscores=True)
+        assert 1 <= len(flat) <= 128, (key, len(flat))
+        assert client.object("encoding", key) in ("listpack", "ziplist"), key  # 7 | 6.2
+        upper = bounds[i + 1][0] if i + 1 < len(bounds) else None
+        assert (flat[0][1], flat[0][0].encode()) == bound, (key, flat[0], bound)
+        for member, score in flat:
+            at = (score, member.encode())
+            assert upper is None or at < upper, (key, member, upper)
+            members[member] = score
+    assert int(client.hget(counts_key, directory) or 0) == len(members), directory
+    return members
+
+
+def chunked_remove(client: Any, directory: str, *members: str) -> None:
+    """Damage a chunked set the way a careless ZREM would: drop members from their chunks
+    (leaving the size counter and an emptied chunk's directory entry as they were)."""
+    for entry in client.zrange(directory, 0, -1):
+        chunk = f"{directory}\0{entry.rsplit(chr(0), 1)[1]}"
+        client.zrem(chunk, *members)

@@ -208,8 +208,13 @@ def test_non_utf8_data_written_by_a_foreign_client_is_a_store_error_at_boot(
     raw = redis_client.connection_pool.connection_class(
         **{**redis_client.connection_pool.connection_kwargs, "decode_responses": False}
     )
+    store.enqueue(EnqueueRequest(name="A"))
     try:
-        raw.send_command("ZADD", "{" + prefix + "}:all", 0, b"\xff\xfe")
+        # Into the chunk of the all-jobs set that holds the job (store/chunks.py).
+        chunk = store.keys.chunk(
+            store.keys.all, redis_client.zrange(store.keys.all, 0, 0)[0].split("\0")[1]
+        )
+        raw.send_command("ZADD", chunk, 0, b"\xff\xfe")
         raw.read_response()
         raw.send_command("DEL", "{" + prefix + "}:index:name:ready")
         raw.read_response()

@@ -10,7 +10,13 @@ from store import Claimed, Complete
 from store.consistency import KINDS, PAGE, check_store, last_check
 from store.records import DedupePolicy
 from tests.flows.helpers import fanout_parent
-from tests.store.helpers import claim_job, req
+from tests.store.helpers import (
+    assert_chunked_set,
+    chunked_members,
+    chunked_remove,
+    claim_job,
+    req,
+)
 
 
 def _states(store: Any) -> dict[str, str]:
@@ -70,10 +76,10 @@ def test_deleted_hashes_in_every_state_are_found_and_repaired(store, clock):
     assert report.found["counter"] == 4  # one counter per state (and queue)
     assert report.repaired == {}
     # A report-only check writes nothing.
-    assert store.client.zcard(store.keys.all) == 4
+    assert len(chunked_members(store.client, store.keys.all)) == 4
     fixed = check_store(store, repair=True)
     assert fixed.consistent and fixed.unrepaired == 0
-    assert store.client.zcard(store.keys.all) == 0
+    assert len(chunked_members(store.client, store.keys.all)) == 0
     assert _counters(store) == {}
     again = check_store(store)
     assert again.found == {} and again.consistent
@@ -102,15 +108,60 @@ def test_missing_state_set_membership_is_restored(store):
 
 def test_missing_from_all_and_index(store):
     job_id = store.enqueue(req()).id
-    store.client.zrem(store.keys.all, job_id)
-    store.client.zrem(store.keys.byname("TestJob"), job_id)
-    store.client.zrem(store.keys.byqueue("default"), job_id)
+    chunked_remove(store.client, store.keys.all, job_id)
+    chunked_remove(store.client, store.keys.byname("TestJob"), job_id)
+    chunked_remove(store.client, store.keys.byqueue("default"), job_id)
     report = check_store(store)
-    assert report.found == {"missing_from_all": 1, "missing_from_index": 2}
-    check_store(store, repair=True)
+    # Each emptied chunk leaves a directory entry of a gone chunk, and each set's size
+    # counter still says 1.
+    assert report.found == {
+        "missing_from_all": 1,
+        "missing_from_index": 2,
+        "index_chunk": 3,
+        "index_count": 3,
+    }
+    assert check_store(store, repair=True).unrepaired == 0
     assert [j.id for j in store.list(name="TestJob").items] == [job_id]
     assert [j.id for j in store.list(queue="default").items] == [job_id]
     assert check_store(store).found == {}
+    for directory in (store.keys.all, store.keys.byname("TestJob"), store.keys.byqueue("default")):
+        assert assert_chunked_set(store.client, directory, store.keys.index_counts) == {
+            job_id: store.get_job(job_id).enqueued_at
+        }
+
+
+def test_chunk_damage_is_found_and_repaired(store, clock):
+    ids = []
+    for i in range(300):
+        ids.append(store.enqueue(req(payload={"n": i})).id)
+        clock.advance(1)
+    keys = store.keys
+    entries = store.client.zrange(keys.all, 0, -1)
+    assert len(entries) >= 3
+    # A lost directory entry (its chunk becomes a stray), a lost chunk (its entry dangles),
+    # a bound that no longer names the chunk's first member, and a drifted size.
+    store.client.zrem(keys.all, entries[0])
+    lost = keys.chunk(keys.all, entries[1].split("\0")[1])
+    lost_ids = set(store.client.zrange(lost, 0, -1))
+    store.client.delete(lost)
+    third = entries[2]
+    score = store.client.zscore(keys.all, third)
+    store.client.zrem(keys.all, third)
+    number = third.split("\0")[1]
+    store.client.zadd(keys.all, {f"j-\0{number}": score})  # below its first member "j-2.."
+    store.client.hincrby(keys.index_counts, keys.all, 7)
+    report = check_store(store)
+    assert report.found["index_chunk"] == 3
+    assert report.found["index_count"] == 1
+    # The stray chunk's members cannot be reached from the directory either.
+    stray = set(store.client.zrange(keys.chunk(keys.all, entries[0].split("\0")[1]), 0, -1))
+    assert report.found["missing_from_all"] == len(lost_ids) + len(stray) == 256
+    fixed = check_store(store, repair=True)
+    assert fixed.unrepaired == 0, fixed.samples
+    assert check_store(store).found == {}
+    listed = assert_chunked_set(store.client, keys.all, keys.index_counts)
+    assert set(listed) == set(ids)
+    assert [j.id for j in store.list(order="asc", limit=300).items] == ids
 
 
 def test_disabled_index_is_not_required(make_store):

@@ -24,6 +24,7 @@ from store import (
     JobStoreError,
     RedisJobStore,
 )
+from store.chunks import split_chunk_key
 from store.index_admin import (
     IndexStatus,
     ReclaimResult,
@@ -34,7 +35,7 @@ from store.index_admin import (
     reclaim_index,
     reindex,
 )
-from tests.store.helpers import req
+from tests.store.helpers import assert_chunked_set, chunked_remove, req
 
 ROWS = 1250  # > 2 x 500: crosses every batch boundary at least twice
 QUEUES = ("q0", "q1", "q2")
@@ -48,8 +49,14 @@ def seed_distinct_names(store: RedisJobStore, rows: int = ROWS) -> list[str]:
     return [r.id for r in results]
 
 
-def index_keys(client: Any, store: RedisJobStore, kind: str) -> set[str]:
+def all_index_keys(client: Any, store: RedisJobStore, kind: str) -> set[str]:
+    """Every key of the kind's indexes: directories and chunks (store/chunks.py)."""
     return set(client.scan_iter(match=index_pattern(store, kind), count=1000))
+
+
+def index_keys(client: Any, store: RedisJobStore, kind: str) -> set[str]:
+    """The kind's index sets: their directories, one per name or queue."""
+    return {k for k in all_index_keys(client, store, kind) if split_chunk_key(k) is None}
 
 
 def members(client: Any, key: str) -> set[str]:
@@ -108,7 +115,7 @@ def test_rolling_deploy_tail_heal_picks_up_rows_of_index_less_writers(
     assert redis_client.get(first_new.keys.index_ready("name")) == "100000"
     assert listed_ids(first_new, name="Old") == [ancient]
     # A hole below marker - 60 s: a tail heal must leave it, a full rebuild would not.
-    redis_client.zrem(first_new.keys.byname("Old"), ancient)
+    chunked_remove(redis_client, first_new.keys.byname("Old"), ancient)
 
     clock.advance(1_000)
     written_late = seed_distinct_names(old_writer)  # still running old code: no index writes
@@ -120,9 +127,25 @@ def test_rolling_deploy_tail_heal_picks_up_rows_of_index_less_writers(
     assert redis_client.get(last_new.keys.index_ready("name")) == "131000"
     for i in (0, 499, 500, 999, 1000, 1249):
         assert listed_ids(last_new, name=f"N{i}") == [written_late[i]]
-    # "Old" lost its only member (ZREM deleted the key) and stays unhealed.
-    assert len(index_keys(redis_client, last_new, "name")) == ROWS
+    # "Old" lost its only member and stays unhealed; the listing drops the emptied
+    # chunk's directory entry, and with it the set.
     assert listed_ids(last_new, name="Old") == []
+    assert len(index_keys(redis_client, last_new, "name")) == ROWS
+
+
+def test_a_tail_heal_over_full_chunks_splits_none_of_them(make_store, redis_client, clock):
+    """Re-adding members a set already holds (every boot heals the last 60 s) leaves its
+    chunks as they were: a full chunk is split only for a member that is new to it."""
+    writer = make_store()
+    writer.enqueue_many([req(payload={"i": i}) for i in range(4 * 128)])
+    directories = [writer.keys.all, writer.keys.byname("TestJob"), writer.keys.byqueue("default")]
+    before = {d: redis_client.zrange(d, 0, -1, withscores=True) for d in directories}
+    assert all(len(entries) == 4 for entries in before.values())  # four full chunks each
+    clock.advance(1_000)
+    make_store()  # boot: the tail heal re-indexes all 512 rows
+    assert {d: redis_client.zrange(d, 0, -1, withscores=True) for d in directories} == before
+    for directory in directories:
+        assert_chunked_set(redis_client, directory, writer.keys.index_counts)
 
 
 def test_tail_heal_reaches_exactly_60_s_below_the_marker(make_store, redis_client, clock):
@@ -154,11 +177,13 @@ def test_marker_equals_the_boot_clock_for_both_kinds(make_store, redis_client, c
 def test_disabling_deletes_only_the_marker_never_the_zsets(make_store, redis_client, clock):
     store = make_store()
     seed_distinct_names(store)
-    before = {key: members(redis_client, key) for key in index_keys(redis_client, store, "name")}
-    queue_before = {
-        key: members(redis_client, key) for key in index_keys(redis_client, store, "queue")
+    before = {
+        key: members(redis_client, key) for key in all_index_keys(redis_client, store, "name")
     }
-    assert len(before) == ROWS
+    queue_before = {
+        key: members(redis_client, key) for key in all_index_keys(redis_client, store, "queue")
+    }
+    assert len(before) == 2 * ROWS  # a directory and one chunk per name
 
     clock.advance(1000)
     make_store(indexes={"name": False})
@@ -179,8 +204,8 @@ def test_re_enabling_does_a_full_rebuild(make_store, redis_client, clock):
     store = make_store()  # moves both markers past the rows' tail window
     # Holes far below any tail window: only a full rebuild refills them.
     for i in (3, 600, 1200):
-        redis_client.zrem(store.keys.byname(f"N{i}"), ids[i])
-        redis_client.zrem(store.keys.byqueue(QUEUES[i % 3]), ids[i])
+        chunked_remove(redis_client, store.keys.byname(f"N{i}"), ids[i])
+        chunked_remove(redis_client, store.keys.byqueue(QUEUES[i % 3]), ids[i])
     clock.advance(10_000_000)
     make_store(indexes={"name": False})
     clock.advance(1)
@@ -254,8 +279,12 @@ def test_reclaim_refuses_while_enabled_unless_forced(make_store, redis_client):
     assert redis_client.get(store.keys.index_ready("name")) is not None
 
     result = reclaim_index(store, "name", force=True)
-    assert (result.keys, result.members) == (10, 10)
-    assert index_keys(redis_client, store, "name") == set()
+    assert (result.sets, result.keys, result.members) == (10, 20, 10)
+    assert all_index_keys(redis_client, store, "name") == set()
+    assert not any(
+        field.startswith(store.keys.byname(""))
+        for field in redis_client.hkeys(store.keys.index_counts)
+    )
     assert redis_client.get(store.keys.index_ready("name")) is None
 
 
@@ -272,9 +301,10 @@ def test_reclaim_dry_run_measures_and_the_real_run_deletes_exactly_the_kind(
 ):
     writer = make_store()
     ids = seed_distinct_names(writer)
-    name_keys = index_keys(redis_client, writer, "name")
-    queue_keys = index_keys(redis_client, writer, "queue")
-    assert len(name_keys) == ROWS and len(queue_keys) == 3
+    name_keys = all_index_keys(redis_client, writer, "name")
+    queue_keys = all_index_keys(redis_client, writer, "queue")
+    assert len(name_keys) == 2 * ROWS  # a directory and one chunk per name
+    assert len(index_keys(redis_client, writer, "queue")) == 3
     expected_bytes = sum(redis_client.memory_usage(key) for key in name_keys)
 
     off = make_store(indexes={"name": False})
@@ -285,19 +315,24 @@ def test_reclaim_dry_run_measures_and_the_real_run_deletes_exactly_the_kind(
     everything_before = set(redis_client.scan_iter(match="{" + off.prefix + "}*", count=1000))
     progress: list[ReclaimResult] = []
     dry = reclaim_index(off, "name", dry_run=True, progress=progress.append)
-    assert dry == ReclaimResult(ROWS, ROWS, expected_bytes, dry_run=True, complete=True)
+    assert dry == ReclaimResult(
+        2 * ROWS, ROWS, expected_bytes, dry_run=True, complete=True, sets=ROWS
+    )
     assert dry.bytes_freed > 0
     assert set(redis_client.scan_iter(match="{" + off.prefix + "}*", count=1000)) == (
         everything_before
     )
     assert redis_client.get(off.keys.index_ready("name")) == "5"
-    assert [p.keys for p in progress] == [500, 1000, ROWS]
+    assert [p.keys for p in progress] == [500, 1000, 1500, 2000, 2 * ROWS]
 
     progress.clear()
     result = reclaim_index(off, "name", progress=progress.append)
-    assert result == ReclaimResult(ROWS, ROWS, expected_bytes, dry_run=False, complete=True)
-    assert [p.keys for p in progress] == [500, 1000, ROWS]
-    assert [p.members for p in progress] == [500, 1000, ROWS]
+    assert result == ReclaimResult(
+        2 * ROWS, ROWS, expected_bytes, dry_run=False, complete=True, sets=ROWS
+    )
+    assert [p.keys for p in progress] == [500, 1000, 1500, 2000, 2 * ROWS]
+    # Every key is a directory or a chunk of one member.
+    assert [p.members + p.sets for p in progress] == [500, 1000, 1500, 2000, 2 * ROWS]
     remaining = set(redis_client.scan_iter(match="{" + off.prefix + "}*", count=1000))
     assert remaining == everything_before - name_keys - {off.keys.index_ready("name")}
     assert queue_keys <= remaining
@@ -329,19 +364,19 @@ def test_reclaim_leaves_other_prefixes_alone_even_with_glob_characters(redis_cli
             neighbour_keys = index_keys(redis_client, neighbour, "name")
             assert neighbour_keys <= set(redis_client.scan_iter(match=unescaped, count=1000))
             assert index_pattern(globby, "name") == ("{t-" + tag + "-\\[1\\]\\*\\?\\\\z}:byname:*")
-            own = index_keys(redis_client, globby, "name")
-            assert len(own) == 600
+            own = all_index_keys(redis_client, globby, "name")
+            assert len(own) == 1200
 
             off = RedisJobStore(
                 redis_client, prefix=glob_prefix, clock=clock, indexes={"name": False}
             )
             try:
                 assert index_status(off)[0].zsets == 600
-                assert reclaim_index(off, "name", dry_run=True).keys == 600
+                assert reclaim_index(off, "name", dry_run=True).keys == 1200
                 result = reclaim_index(off, "name")
             finally:
                 off.close()
-            assert (result.keys, result.members) == (600, 600)
+            assert (result.sets, result.keys, result.members) == (600, 1200, 600)
             assert all(not redis_client.exists(key) for key in own)
             assert index_keys(redis_client, neighbour, "name") == neighbour_keys
             assert len(neighbour_keys) == 30
@@ -365,11 +400,11 @@ def test_reclaim_stop_ends_between_batches_and_keeps_the_marker(make_store, redi
     result = reclaim_index(off, "name", stop=stop)
     assert calls == [1]
     assert result.complete is False
-    assert result.keys == 500 and result.members == 500
-    assert len(index_keys(redis_client, off, "name")) == ROWS - 500
+    assert result.keys == 500 and result.members + result.sets == 500
+    assert len(index_keys(redis_client, off, "name")) == ROWS - result.sets
     assert redis_client.get(off.keys.index_ready("name")) == "77"
     finished = reclaim_index(off, "name")
-    assert (finished.keys, finished.complete) == (ROWS - 500, True)
+    assert (finished.keys, finished.complete) == (2 * ROWS - 500, True)
     assert redis_client.get(off.keys.index_ready("name")) is None
 
 
@@ -384,7 +419,7 @@ def test_reindex_refills_old_holes_and_stamps_the_marker_with_its_start_time(
     store = make_store()  # marker 500000: the rows are far outside any tail window
     holes = (0, 499, 500, 999, 1249)
     for i in holes:
-        redis_client.zrem(store.keys.byname(f"N{i}"), ids[i])
+        chunked_remove(redis_client, store.keys.byname(f"N{i}"), ids[i])
     clock.advance(1000)
     booted = make_store()
     assert all(listed_ids(booted, name=f"N{i}") == [] for i in holes), "boot must not heal them"

@@ -1,9 +1,11 @@
-"""Job hash layout 2: long values in pieces (listpack job hashes), the layout marker, layout 1.
+"""Job hash layout 2: long values in pieces (listpack job hashes), the layout marker, layouts 1
+and 2 (layout 3 is layout 2 with chunked sets: tests/property/test_chunked_sets.py).
 
 Layout 1 (the format before the marker existed) kept each long value in one field; the
 fixture ``old_layout`` writes such a store by rewriting every hash of a freshly filled
 store into that format (one field per value, the marker deleted), so the tests read,
-run and migrate real layout-1 data.
+run and migrate real layout-1 data; ``to_layout_2`` writes the sets back as layout 2's
+plain sorted sets.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from bench.common import payload
 from store import MISSING, Complete, Fail, ParentEnvelope, RedisJobStore, Retry
 from store.codec import LONG_FIELDS, PIECE_CODES, join_pieces
 from store.layout import LAYOUT, UnknownLayoutError, layout_key, migrate, read_layout
-from tests.store.helpers import claim_id, req
+from tests.store.helpers import assert_chunked_set, chunked_members, claim_id, req
 
 #: The benches' payload (bench/common.py ``payload``; ~72 bytes of JSON, 80 for job 12345).
 PAYLOAD_72 = {"user_id": 12345, "action": "send_email", "to": "user12345@example.com", "attempt": 1}
@@ -198,10 +200,39 @@ def test_a_store_with_an_unknown_layout_refuses_to_start(make_store, redis_clien
 LONG_NAMES = {"pa": "processed_at", "fa": "finished_at", "am": "attempts_made"}
 
 
+def chunked_sets(client: Any, store: RedisJobStore) -> list[str]:
+    """The directory keys of every chunked set of ``store``: ``all`` and each index."""
+    dirs = [store.keys.all]
+    for base in (store.keys.byname(""), store.keys.byqueue("")):
+        for key in client.scan_iter(match=base.replace("[", "[[]") + "*", count=500):
+            if "\0" not in key:
+                dirs.append(key)
+    return sorted(set(dirs))
+
+
+def to_layout_2(client: Any, store: RedisJobStore) -> int:
+    """Rewrite the sets of ``store`` as layout 2 wrote them: ``all`` and every index one
+    plain sorted set (ids scored by enqueued_at), no chunk keys and no size hash; the
+    marker says 2.  Returns the number of sets rewritten."""
+    dirs = chunked_sets(client, store)
+    for directory in dirs:
+        members = chunked_members(client, directory)
+        chunks = [f"{directory}\0{e.rsplit(chr(0), 1)[1]}" for e in client.zrange(directory, 0, -1)]
+        pipe = client.pipeline(transaction=True)
+        pipe.delete(directory, *chunks)
+        if members:
+            pipe.zadd(directory, members)
+        pipe.execute()
+    client.delete(store.keys.index_counts, store.keys.index_seq)
+    client.set(layout_key(store.keys), "2")
+    return len(dirs)
+
+
 def to_layout_1(client: Any, store: RedisJobStore) -> int:
     """Rewrite every job of ``store`` in the layout-1 format, as the version before the
-    marker wrote it: one field per value, long field names, run_at always present, every
-    ledger entry in the ledger list; the marker deleted."""
+    marker wrote it: plain sets (``to_layout_2``), one field per value, long field names,
+    run_at always present, every ledger entry in the ledger list; the marker deleted."""
+    to_layout_2(client, store)
     rewritten = 0
     for job_id in client.zrange(store.keys.all, 0, -1):
         key = store.keys.job(job_id)
@@ -294,8 +325,12 @@ def test_migrate_converts_a_layout_1_store_without_loss(
     assert result.scanned == len(ids)
     assert result.rewritten == len(ids)  # long names (or run_at) in every one of them
     assert pages[-1] == len(ids) and len(pages) >= 3
+    assert result.moved == 3 * len(ids)  # all, the name index and the queue index
     store = make_store()
     assert store.layout == LAYOUT
+    assert set(assert_chunked_set(redis_client, store.keys.all, store.keys.index_counts)) == set(
+        ids.values()
+    )
     for job_id in ids.values():
         h = redis_client.hgetall(store.keys.job(job_id))
         assert compact(redis_client, store.keys.job(job_id)), job_id
@@ -347,6 +382,134 @@ def test_migrate_of_an_empty_store_stamps_the_marker(redis_client, prefix):
     assert read_layout(redis_client, prefix) is None
     result = migrate(redis_client, prefix)
     assert (result.scanned, result.layout_after) == (0, LAYOUT)
+
+
+# ----------------------------------------------------------------------------- layout 2
+
+#: More jobs than one chunk holds (128), so each set spans several chunks.
+MANY = 300
+
+
+def many_jobs(store: RedisJobStore, clock: Any) -> list[str]:
+    """MANY jobs over two names and two queues, several per millisecond (ties are broken
+    by id), some of them finished."""
+    ids = []
+    for i in range(MANY):
+        if i % 3 == 0:
+            clock.advance(1)
+        ids.append(
+            store.enqueue(req(name=f"Job{i % 2}", queue=f"q{i % 4 // 2}", payload=PAYLOAD_72)).id
+        )
+    for i in range(0, MANY, 7):
+        job = store.claim(
+            queue=f"q{i % 4 // 2}", names=["Job0", "Job1"], token=f"t{i}", lock_duration_ms=60_000
+        )
+        store.ack(job.job.id, f"t{i}", Complete({"i": i}))
+    return ids
+
+
+def every_listing(store: RedisJobStore) -> dict[str, list[str]]:
+    """The ids of every list query the sets serve, paged (limit 40), both orders."""
+    out: dict[str, list[str]] = {}
+    for label, kwargs in {
+        "all": {},
+        "name": {"name": "Job1"},
+        "queue": {"queue": "q0"},
+        "name+queue": {"name": "Job0", "queue": "q1"},
+        "completed": {"states": ["completed"]},
+    }.items():
+        for order in ("asc", "desc"):
+            ids: list[str] = []
+            cursor = None
+            while True:
+                page = store.list(order=order, cursor=cursor, limit=40, **kwargs)
+                ids += [j.id for j in page.items]
+                cursor = page.cursor
+                if not cursor:
+                    break
+            out[f"{label}/{order}"] = ids
+    return out
+
+
+def test_a_layout_2_store_refuses_to_start_and_names_the_command(
+    make_store, redis_client, prefix, clock
+):
+    writer = make_store()
+    many_jobs(writer, clock)
+    assert to_layout_2(redis_client, writer) == 5  # all, two names, two queues
+    assert read_layout(redis_client, prefix) == 2
+    with pytest.raises(UnknownLayoutError, match=r"layout 2.*`python manage.py migrate_store`"):
+        make_store()
+    assert redis_client.get(layout_key(writer.keys)) == "2"
+    assert redis_client.object("encoding", writer.keys.all) == "skiplist"
+
+
+def test_migrate_converts_a_layout_2_store_without_loss(make_store, redis_client, prefix, clock):
+    writer = make_store()
+    ids = many_jobs(writer, clock)
+    listings = every_listing(writer)
+    assert len(listings["all/desc"]) == MANY
+    jobs = {job_id: writer.get_job(job_id) for job_id in ids}
+    sets = {d: chunked_members(redis_client, d) for d in chunked_sets(redis_client, writer)}
+    to_layout_2(redis_client, writer)
+    writer.close()
+
+    pages: list[int] = []
+    result = migrate(redis_client, prefix, progress=lambda r: pages.append(r.moved), batch=100)
+    assert (result.layout_before, result.layout_after) == (2, LAYOUT)
+    assert (result.scanned, result.rewritten) == (0, 0)  # the hashes are layout 2's already
+    assert result.sets == 5
+    assert result.moved == result.to_move == sum(len(m) for m in sets.values()) == 3 * MANY
+    assert pages == sorted(pages) and len(pages) >= 3 * MANY // 100
+    store = make_store()
+    assert store.layout == LAYOUT
+    for directory, members in sets.items():
+        assert assert_chunked_set(redis_client, directory, store.keys.index_counts) == members
+    # No staging key is left behind.
+    assert not list(redis_client.scan_iter(match=f"{{{prefix}}}:migrate:*"))
+    assert every_listing(store) == listings
+    assert {job_id: store.get_job(job_id) for job_id in ids} == jobs
+    # Idempotent: nothing left to move.
+    again = migrate(redis_client, prefix)
+    assert (again.layout_before, again.moved) == (LAYOUT, 0)
+    # The converted sets take new jobs and deletions as usual.
+    clock.advance(10)
+    new = store.enqueue(req(name="Job1", queue="q0")).id
+    store.remove(ids[1])
+    after = every_listing(store)
+    assert after["name/desc"][0] == after["queue/desc"][0] == new
+    assert ids[1] not in after["all/asc"] and len(after["all/asc"]) == MANY
+    assert_chunked_set(redis_client, store.keys.all, store.keys.index_counts)
+
+
+def test_a_stopped_layout_2_migration_resumes_without_loss(make_store, redis_client, prefix, clock):
+    writer = make_store()
+    ids = many_jobs(writer, clock)
+    listings = every_listing(writer)
+    sets = {d: chunked_members(redis_client, d) for d in chunked_sets(redis_client, writer)}
+    to_layout_2(redis_client, writer)
+    writer.close()
+    calls = []
+
+    def stop_after_three() -> bool:
+        calls.append(1)
+        return len(calls) > 3
+
+    first = migrate(redis_client, prefix, should_stop=stop_after_three, batch=50)
+    assert first.stopped and first.moved == 150
+    # Half converted: the store still refuses to start; the rest waits in a staging key.
+    assert read_layout(redis_client, prefix) == 2
+    with pytest.raises(UnknownLayoutError, match="layout 2"):
+        make_store()
+    assert redis_client.zcard(f"{{{prefix}}}:migrate:all") == MANY - 150
+    second = migrate(redis_client, prefix, batch=50)
+    assert not second.stopped and second.moved == 3 * MANY - 150
+    assert second.layout_after == LAYOUT
+    store = make_store()
+    for directory, members in sets.items():
+        assert assert_chunked_set(redis_client, directory, store.keys.index_counts) == members
+    assert every_listing(store) == listings
+    assert sorted(j.id for j in store.list(limit=MANY).items) == sorted(ids)
 
 
 # ------------------------------------------------------------------ the folded ledger entry

@@ -1,9 +1,10 @@
-"""``manage.py migrate_store``: convert a store's job hashes to the current data layout.
+"""``manage.py migrate_store``: convert a store to the current data layout.
 
-Walks every job (ZSCAN pages of ``all``) and rewrites, in atomic calls of at most 500 ids,
-the hashes written by an older layout (store/layout.py); then stamps the layout marker.
-A progress bar shows how far it got; SIGINT/SIGTERM stop it after the current batch (run it
-again to finish: hashes already converted are skipped).
+Layout 1: walks every job (ZSCAN pages of ``all``) and rewrites, in atomic calls of at most
+500 ids, the hashes written by that layout.  Layout 2: turns the all-jobs set and each list
+index into a chunked set, at most 500 members per atomic call (store/layout.py).  Then it
+stamps the layout marker.  A progress bar shows how far each pass got; SIGINT/SIGTERM stop
+it after the current batch (run it again to finish: what was converted is skipped).
 """
 
 from __future__ import annotations
@@ -33,8 +34,9 @@ def bar(done: int, total: int) -> str:
 
 class Command(BaseCommand):
     help = (
-        "Convert the job hashes of a store to the current data layout (atomic calls of at "
-        "most --batch ids, default and maximum 500), then stamp the store's layout marker."
+        "Convert a store to the current data layout (its job hashes, then the sets that list "
+        "every job; atomic calls of at most --batch ids, default and maximum 500), then "
+        "stamp the store's layout marker."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -69,21 +71,42 @@ class Command(BaseCommand):
         stop = StopFlag(lambda text: self.stderr.write("\n" + text))
         try:
             with redis_errors("migrate_store"):
+                # In layouts 1 and 2 ``all`` is a plain sorted set of every job.
                 total = int(client.zcard(keys.all))
+
+            phases = {"last": "rows"}
 
             def progress(so_far: Any, force: bool = False) -> None:
                 elapsed = max(time.monotonic() - started, 1e-9)
-                line.report(
-                    f"{bar(so_far.scanned, total)} {so_far.scanned:,}/{total:,} jobs, "
-                    f"{so_far.rewritten:,} rewritten ({so_far.scanned / elapsed:,.0f} jobs/s)",
-                    force=force,
-                )
+                if so_far.phase == "sets" and phases["last"] == "rows" and so_far.scanned:
+                    # The rows pass is over: its final figures on a line of their own.
+                    phases["last"] = "sets"
+                    text = (
+                        f"jobs {bar(so_far.scanned, so_far.scanned)} {so_far.scanned:,}/"
+                        f"{so_far.scanned:,} jobs, {so_far.rewritten:,} rewritten"
+                    )
+                    line.report(text, force=True)
+                    line.done()
+                phases["last"] = so_far.phase
+                if so_far.phase == "sets":
+                    text = (
+                        f"sets {bar(so_far.moved, so_far.to_move)} {so_far.moved:,}/"
+                        f"{so_far.to_move:,} members into chunks "
+                        f"({so_far.moved / elapsed:,.0f}/s)"
+                    )
+                else:
+                    text = (
+                        f"jobs {bar(so_far.scanned, total)} {so_far.scanned:,}/{total:,} jobs, "
+                        f"{so_far.rewritten:,} rewritten ({so_far.scanned / elapsed:,.0f} jobs/s)"
+                    )
+                line.report(text, force=force)
 
             with stop.installed():
                 result = migrate(client, prefix, progress=progress, should_stop=stop, batch=batch)
-            if result.scanned:
+            if result.scanned or result.moved:
                 # Jobs added while it ran may take the count past the first ZCARD.
                 total = max(total, result.scanned)
+                result.to_move = max(result.to_move, result.moved)
                 progress(result, force=True)
         except (StoreFailure, StoreDefect, InvalidRequestError) as exc:
             raise CommandError(f"migrate_store: store {name!r}: {exc}") from exc
@@ -92,15 +115,16 @@ class Command(BaseCommand):
             client.close()
         elapsed = max(time.monotonic() - started, 1e-9)
         summary = (
-            f"scanned {result.scanned:,} jobs, rewrote {result.rewritten:,} hashes of store "
-            f"{name!r} (prefix {prefix!r}) in {elapsed:.2f} s"
+            f"scanned {result.scanned:,} jobs, rewrote {result.rewritten:,} hashes, moved "
+            f"{result.moved:,} members of {result.sets:,} sets into chunks in store {name!r} "
+            f"(prefix {prefix!r}) in {elapsed:.2f} s"
         )
         if result.stopped:
             assert stop.signum is not None
             self.stdout.write(summary)
             raise CommandError(
                 f"stopped by signal before the end: the store is still of layout "
-                f"{result.layout_before}; run the command again to finish",
+                f"{result.layout_after}; run the command again to finish",
                 returncode=SIGNAL_EXIT.get(signal.Signals(stop.signum), 1),
             )
         self.stdout.write(self.style.SUCCESS(summary))

@@ -183,7 +183,7 @@ class Command(BaseCommand):
 
         def progress(so_far: ReclaimResult) -> None:
             line.report(
-                f"{verb} {so_far.keys} keys, {so_far.members} members, "
+                f"{verb} {so_far.keys} keys ({so_far.sets} index sets), {so_far.members} members, "
                 f"{megabytes(so_far.bytes_freed)} so far"
             )
 
@@ -205,7 +205,7 @@ class Command(BaseCommand):
             close_store(job_store)
         freed = "" if dry_run else " freed"
         summary = (
-            f"{verb} {result.keys} keys, {result.members} members, "
+            f"{verb} {result.keys} keys ({result.sets} index sets), {result.members} members, "
             f"{megabytes(result.bytes_freed)}{freed} ({kind} index, store {name!r}, "
             f"prefix {prefix!r})"
         )

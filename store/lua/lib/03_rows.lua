@@ -154,7 +154,19 @@ end
 -- chunk of 500 inserts issues one ZADD per sorted set and one HINCRBY per
 -- counter instead of one per job.
 local function new_acc()
-  return { zsets = {}, order = {}, counts = {}, qnames = {}, woken = {}, routes = {} }
+  return { zsets = {}, order = {}, cz = {}, cz_order = {}, counts = {}, qnames = {}, woken = {}, routes = {} }
+end
+
+-- The same for the chunked sets (the all-jobs set, the list indexes).
+local function acc_cz(acc, key, score, member)
+  local z = acc.cz[key]
+  if not z then
+    z = {}
+    acc.cz[key] = z
+    acc.cz_order[#acc.cz_order + 1] = key
+  end
+  z[#z + 1] = score
+  z[#z + 1] = member
 end
 
 local function acc_zadd(acc, key, score, member)
@@ -169,6 +181,7 @@ local function acc_zadd(acc, key, score, member)
 end
 
 local function flush_acc(acc)
+  for _, key in ipairs(acc.cz_order) do CZ.add_many(key, acc.cz[key]) end
   for _, key in ipairs(acc.order) do
     local z = acc.zsets[key]
     for i = 1, #z, 1000 do
@@ -277,9 +290,9 @@ local function insert_job(id, r, dedupe_key, now, idx, seq, acc)
     wkey, score, member, field = rt.delayed, run_at_s, id, rt.delayed_field
   end
   if not acc then
-    redis.call('ZADD', K_ALL, now_s, id)
-    if string.byte(idx, 1) == 49 then redis.call('ZADD', rt.byname, now_s, id) end
-    if string.byte(idx, 2) == 49 then redis.call('ZADD', rt.byqueue, now_s, id) end
+    CZ.add(K_ALL, now_s, id)
+    if string.byte(idx, 1) == 49 then CZ.add(rt.byname, now_s, id) end
+    if string.byte(idx, 2) == 49 then CZ.add(rt.byqueue, now_s, id) end
     redis.call('ZADD', wkey, score, member)
     redis.call('HINCRBY', K_COUNTS, field, 1)
     -- Which job names each queue has seen (the dashboard's filters, oldest-waiting lookups).
@@ -287,9 +300,9 @@ local function insert_job(id, r, dedupe_key, now, idx, seq, acc)
     wake(queue)
     return state
   end
-  acc_zadd(acc, K_ALL, now_s, id)
-  if string.byte(idx, 1) == 49 then acc_zadd(acc, rt.byname, now_s, id) end
-  if string.byte(idx, 2) == 49 then acc_zadd(acc, rt.byqueue, now_s, id) end
+  acc_cz(acc, K_ALL, now_s, id)
+  if string.byte(idx, 1) == 49 then acc_cz(acc, rt.byname, now_s, id) end
+  if string.byte(idx, 2) == 49 then acc_cz(acc, rt.byqueue, now_s, id) end
   acc_zadd(acc, wkey, score, member)
   acc.counts[field] = (acc.counts[field] or 0) + 1
   acc.qnames[rt.qname] = true
@@ -317,30 +330,49 @@ local function uncount(queue, state)
 end
 
 -- The queue of a dangling member of a store-wide set (active, finished:*),
--- where the key does not say it: the remnant's own queue field, else the
--- queue index that still lists the id (looked up over at most ORPHAN_QUEUES
--- queue/name pairs).  nil when it cannot be told (mqcheck recounts then).
+-- where the key does not say it: the remnant's own queue field; else, by
+-- the remnant's enqueued_at, the queue index that still lists the id; else
+-- the store's only queue; else, for a terminal state, the one queue whose
+-- job name still has the id in its terminal set.  At most ORPHAN_QUEUES
+-- queue/name pairs are looked at.  nil when it cannot be told (mqcheck
+-- recounts then).
 local ORPHAN_QUEUES = 1000
-local function orphan_queue(id)
-  local queue = redis.call('HGET', k_job(id), 'queue')
-  if queue then return queue end
+local function orphan_queue(id, state)
+  local f = redis.call('HMGET', k_job(id), 'queue', 'enqueued_at')
+  if f[1] then return f[1] end
   if redis.call('SCARD', K_QNAMES) > ORPHAN_QUEUES then return nil end
-  local seen = {}
+  local queues, names, nq = {}, {}, 0
   for _, qname in ipairs(redis.call('SMEMBERS', K_QNAMES)) do
     local at = string.find(qname, NUL, 1, true)
     local q = at and string.sub(qname, 1, at - 1) or qname
-    if not seen[q] then
-      seen[q] = true
-      if redis.call('ZSCORE', k_byqueue(q), id) then return q end
+    local n = at and string.sub(qname, at + 1) or ''
+    if not queues[q] then
+      queues[q], nq = true, nq + 1
+      if f[2] and CZ.has(k_byqueue(q), f[2], id) then return q end
+    end
+    local qs = names[n]
+    if not qs then
+      qs = {}
+      names[n] = qs
+    end
+    qs[#qs + 1] = q
+  end
+  if nq == 1 then return next(queues) end
+  if not (state and is_terminal(state)) then return nil end
+  local found
+  for n, qs in pairs(names) do
+    if redis.call('ZSCORE', k_terminal(n, state), id) then
+      if #qs > 1 or (found and found ~= qs[1]) then return nil end
+      found = qs[1]
     end
   end
-  return nil
+  return found
 end
 
 -- Drop a dangling member of the active set, with its counter.
 local function drop_active_orphan(id)
   if redis.call('ZREM', K_ACTIVE, id) == 1 then
-    local queue = orphan_queue(id)
+    local queue = orphan_queue(id, 'active')
     if queue then uncount(queue, 'active') end
   end
 end

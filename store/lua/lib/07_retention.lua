@@ -11,7 +11,7 @@ end
 -- per-name set members cannot be named): drop it from the store-wide sets
 -- that may list it; mqcheck removes the rest as dangling members.
 local function delete_remnant(id)
-  redis.call('ZREM', K_ALL, id)
+  CZ.rem(K_ALL, redis.call('HGET', k_job(id), 'enqueued_at') or nil, id)
   redis.call('ZREM', K_ACTIVE, id)
   redis.call('ZREM', K_KEEPAGE, id)
   for _, s in ipairs({ 'completed', 'failed', 'cancelled' }) do redis.call('ZREM', k_finished(s), id) end
@@ -22,20 +22,22 @@ end
 -- entries are deliberately left alone (see the store contract, remove).
 local function delete_job(id)
   local jk = k_job(id)
-  local f = redis.call('HMGET', jk, 'name', 'queue', 'state', 'seq', 'error_group')
+  local f = redis.call('HMGET', jk, 'name', 'queue', 'state', 'seq', 'error_group', 'enqueued_at')
   local name, queue, state, seq = f[1], f[2], f[3], f[4]
   if not is_row(state, queue, name, seq) then
     if redis.call('EXISTS', jk) == 0 then return false end
     delete_remnant(id)
     return true
   end
-  -- The ZREM comes first on purpose: on a full server (noeviction) Redis refuses a
-  -- memory-growing command only as a script's first write, so deleting still works.
-  redis.call('ZREM', K_ALL, id)
+  -- A ZREM comes first on purpose: on a full server (noeviction) Redis refuses a
+  -- memory-growing command only as a script's first write, so deleting still works
+  -- (a chunk merge after it moves members, which the first write lets through).
+  local enqueued = f[6] or nil
+  CZ.rem(K_ALL, enqueued, id)
   forget_error(id, f[5] or nil)
   counts_add(queue, state, -1)
-  redis.call('ZREM', k_byname(name), id)
-  redis.call('ZREM', k_byqueue(queue), id)
+  CZ.rem(k_byname(name), enqueued, id)
+  CZ.rem(k_byqueue(queue), enqueued, id)
   if state == 'waiting' then
     rem_waiting(queue, name, seq, id)
   elseif state == 'delayed' then
@@ -59,11 +61,10 @@ end
 -- dropped from the group and the finished set, with its counter.
 local function prune_row(tk, state, id)
   if delete_job(id) then return end
+  -- Its queue is looked up while the group still lists it.
+  local queue = redis.call('ZSCORE', k_finished(state), id) and orphan_queue(id, state)
   redis.call('ZREM', tk, id)
-  if redis.call('ZREM', k_finished(state), id) == 1 then
-    local queue = orphan_queue(id)
-    if queue then uncount(queue, state) end
-  end
+  if redis.call('ZREM', k_finished(state), id) == 1 and queue then uncount(queue, state) end
   redis.call('ZREM', K_KEEPAGE, id)
 end
 

@@ -1,0 +1,92 @@
+"""Chunked sorted sets: how the all-jobs set and the list indexes are stored.
+
+A sorted set of more than ``zset-max-listpack-entries`` members (128 by default) is a
+skiplist, about 110 bytes a member; a listpack about 25.  The all-jobs set ``all`` and the
+optional ``byname:<name>`` / ``byqueue:<queue>`` indexes hold every job, so they are kept
+in chunks of at most 128 members that stay listpacks (``lua/lib/02b_chunks.lua`` has the
+algorithm):
+
+* ``<index key>`` is the directory: one entry per chunk, member ``<lower bound id> NUL
+  <chunk number>``, scored by the lower bound's score;
+* ``<index key> NUL <number>`` is a chunk;
+* ``{prefix}:ixcount`` (hash) holds each index's size, ``{prefix}:ixseq`` draws chunk numbers.
+
+Members keep the order of one sorted set ((enqueued_at, id), ids as bytes); every read
+and write is one script call of O(log chunks + 128).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from store.keys import NUL, StoreKeys
+
+#: Members a chunk holds at most (the server default of zset-max-listpack-entries).
+CHUNK_CAPACITY = 128
+#: Members one chunk_page call returns at most.
+PAGE = 500
+
+Run = Callable[..., Any]
+
+
+def chunk_kind(keys: StoreKeys, kind: str, arg: str = "") -> str:
+    """The directory key of the chunked set ``kind`` ('all', 'byname', 'byqueue')."""
+    if kind == "all":
+        return keys.all
+    if kind == "byname":
+        return keys.byname(arg)
+    if kind == "byqueue":
+        return keys.byqueue(arg)
+    raise ValueError(f"not a chunked set: {kind!r}")
+
+
+def split_chunk_key(key: str) -> tuple[str, str] | None:
+    """(directory key, chunk number) of a chunk key; None for any other key."""
+    directory, sep, number = key.rpartition(NUL)
+    if not sep or not number.isdigit():
+        return None
+    return directory, number
+
+
+def iter_members(
+    run: Run,
+    kind: str,
+    arg: str = "",
+    *,
+    min_score: int | None = None,
+    page: int = PAGE,
+    newest_first: bool = False,
+) -> Iterator[list[tuple[str, str]]]:
+    """Pages of (id, score) of a chunked set in ascending order (``newest_first``:
+    descending), ``page`` per script call.
+
+    ``run(script, *args)`` runs a store script.  With ``min_score``, only members scored at
+    or above it.  The walk's cursor is a value, so chunks split or merged meanwhile do not
+    make it skip a member present throughout.
+    """
+    if min_score is not None and newest_first:
+        raise ValueError("min_score walks ascending")
+    if min_score is None:
+        cursor: tuple[str, str] | None = None
+    else:
+        cursor = (str(int(min_score)), "")
+    while True:
+        args: list[Any] = [kind, arg]
+        args += ["1", cursor[0], cursor[1]] if cursor else ["0", "", ""]
+        reply = run("chunk_page", *args, page, "desc" if newest_first else "")
+        flat = reply[1:]
+        members = [(flat[i], flat[i + 1]) for i in range(0, len(flat), 2)]
+        if members:
+            yield members
+            cursor = (members[-1][1], members[-1][0])
+        if reply[0] == "1" or not members:
+            return
+
+
+def sizes(client: Any, keys: StoreKeys, directories: list[str]) -> list[int]:
+    """The member counts of chunked sets (one HMGET)."""
+    if not directories:
+        return []
+    raw = client.hmget(keys.index_counts, directories)
+    return [int(v or 0) for v in raw]

@@ -1,0 +1,95 @@
+-- check_chunks: mqcheck over the structure of one chunked set
+-- (lib/02b_chunks.lua: the all-jobs set, a name or queue index).
+--
+-- KEYS[1]  the store's hash tag
+-- ARGV[1]  '1' to repair, '0' to report only
+-- ARGV[2]  set: 'all' | 'byname' (ARGV[3] name) | 'byqueue' (ARGV[3] queue)
+-- ARGV[4]  what:
+--   'entries' ARGV[5..] directory entries (at most 500): an entry whose chunk
+--             is gone (repair: the entry is removed) or whose bound is not
+--             its chunk's first member (repair: the bound moves to it).
+--             Reply: {problems, members}: members = the sizes of the
+--             entries' chunks, summed.
+--   'chunks'  ARGV[5..] chunk numbers (at most 500): a chunk its directory
+--             does not name (repair: its members are added to the set and
+--             the chunk deleted).  Reply: {problems, 0}.
+--   'size'    ARGV[5] the size mqcheck read, ARGV[6] the members it counted:
+--             compare-and-set of the size counter.  Reply: {{}, 1 | 0}.
+-- problems: flat (kind, subject, detail) triples of kind 'index_chunk'.
+local repair = ARGV[1] == '1'
+local kind, arg, what = ARGV[2], ARGV[3], ARGV[4]
+local dir
+if kind == 'all' then dir = K_ALL
+elseif kind == 'byname' then dir = k_byname(arg)
+elseif kind == 'byqueue' then dir = k_byqueue(arg)
+else return redis.error_reply('check_chunks: unknown set ' .. kind) end
+local subject = kind == 'all' and 'all' or (kind .. ':' .. arg)
+local out = {}
+local function report(detail)
+  out[#out + 1] = 'index_chunk'
+  out[#out + 1] = subject
+  out[#out + 1] = detail
+end
+
+if what == 'size' then
+  local current = tonumber(redis.call('HGET', B .. ':ixcount', dir)) or 0
+  if current ~= tonumber(ARGV[5]) then return { out, 0 } end
+  redis.call('HSET', B .. ':ixcount', dir, ARGV[6])
+  return { out, 1 }
+end
+
+if what == 'entries' then
+  local members = 0
+  for i = 5, #ARGV do
+    local entry = ARGV[i]
+    local score = redis.call('ZSCORE', dir, entry)
+    if score then
+      local bound, n = CZ.parse(entry)
+      local ck = CZ.chunk(dir, n)
+      local head = redis.call('ZRANGE', ck, 0, 0, 'WITHSCORES')
+      if #head == 0 then
+        report('directory entry of chunk ' .. n .. ', which is gone')
+        if repair then redis.call('ZREM', dir, entry) end
+      else
+        members = members + redis.call('ZCARD', ck)
+        if head[1] ~= bound or tonumber(head[2]) ~= tonumber(score) then
+          report('chunk ' .. n .. ' starts at ' .. head[1] .. ', its bound says ' .. bound)
+          -- Only a bound below the first member moves (a member below its bound
+          -- would be out of order: it is left for the member checks to see).
+          if repair and CZ.before(tonumber(score), bound, tonumber(head[2]), head[1]) then
+            redis.call('ZREM', dir, entry)
+            redis.call('ZADD', dir, head[2], head[1] .. NUL .. n)
+          end
+        end
+      end
+    end
+  end
+  return { out, members }
+end
+
+if what == 'chunks' then
+  for i = 5, #ARGV do
+    local n = ARGV[i]
+    local ck = CZ.chunk(dir, n)
+    local head = redis.call('ZRANGE', ck, 0, 0, 'WITHSCORES')
+    if #head > 0 then
+      local m = CZ.locate(dir, tonumber(head[2]), head[2], head[1])
+      local at = m and select(2, CZ.parse(m))
+      if at ~= n then
+        local flat = redis.call('ZRANGE', ck, 0, -1, 'WITHSCORES')
+        report('chunk ' .. n .. ' (' .. (#flat / 2) .. ' members) is not in the directory')
+        if repair then
+          redis.call('DEL', ck)
+          local pairs_ = {}
+          for k = 1, #flat, 2 do
+            pairs_[#pairs_ + 1] = flat[k + 1]
+            pairs_[#pairs_ + 1] = flat[k]
+          end
+          CZ.add_many(dir, pairs_)
+        end
+      end
+    end
+  end
+  return { out, 0 }
+end
+return redis.error_reply('check_chunks: unknown check ' .. what)
