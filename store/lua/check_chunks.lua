@@ -44,8 +44,8 @@ if what == 'entries' then
     local entry = ARGV[i]
     local score = redis.call('ZSCORE', dir, entry)
     if score then
-      local bound, n = CZ.parse(entry)
-      local ck = CZ.chunk(dir, n)
+      local bound, n = cz_parse(entry)
+      local ck = cz_chunk(dir, n)
       local head = redis.call('ZRANGE', ck, 0, 0, 'WITHSCORES')
       if #head == 0 then
         report('directory entry of chunk ' .. n .. ', which is gone')
@@ -56,7 +56,7 @@ if what == 'entries' then
           report('chunk ' .. n .. ' starts at ' .. head[1] .. ', its bound says ' .. bound)
           -- Only a bound below the first member moves (a member below its bound
           -- would be out of order: it is left for the member checks to see).
-          if repair and CZ.before(tonumber(score), bound, tonumber(head[2]), head[1]) then
+          if repair and cz_before(tonumber(score), bound, tonumber(head[2]), head[1]) then
             redis.call('ZREM', dir, entry)
             redis.call('ZADD', dir, head[2], head[1] .. NUL .. n)
           end
@@ -70,11 +70,11 @@ end
 if what == 'chunks' then
   for i = 5, #ARGV do
     local n = ARGV[i]
-    local ck = CZ.chunk(dir, n)
+    local ck = cz_chunk(dir, n)
     local head = redis.call('ZRANGE', ck, 0, 0, 'WITHSCORES')
     if #head > 0 then
-      local m = CZ.locate(dir, tonumber(head[2]), head[2], head[1])
-      local at = m and select(2, CZ.parse(m))
+      local m = cz_locate(dir, tonumber(head[2]), head[2], head[1])
+      local at = m and select(2, cz_parse(m))
       if at ~= n then
         local flat = redis.call('ZRANGE', ck, 0, -1, 'WITHSCORES')
         report('chunk ' .. n .. ' (' .. (#flat / 2) .. ' members) is not in the directory')
@@ -85,7 +85,7 @@ if what == 'chunks' then
             pairs_[#pairs_ + 1] = flat[k + 1]
             pairs_[#pairs_ + 1] = flat[k]
           end
-          CZ.add_many(dir, pairs_)
+          cz_add_many(dir, pairs_)
         end
       end
     end

@@ -33,7 +33,7 @@ local function report(kind, id, detail)
 end
 local function missing(key, member) return not redis.call('ZSCORE', key, member) end
 -- The chunked sets (all, the indexes) are looked up by the job's enqueued_at.
-local function unlisted(dir, score, id) return not CZ.has(dir, score, id) end
+local function unlisted(dir, score, id) return not cz_has(dir, score, id) end
 
 for i = 4, #ARGV do
   local id = ARGV[i]
@@ -56,7 +56,7 @@ for i = 4, #ARGV do
     end
     if unlisted(K_ALL, enqueued, id) then
       report('missing_from_all', id, '')
-      if repair then CZ.add(K_ALL, enqueued, id) end
+      if repair then cz_add(K_ALL, enqueued, id) end
     end
     if state == 'waiting' then
       if missing(k_waiting(queue, name), waiting_member(seq, id)) then
@@ -86,11 +86,11 @@ for i = 4, #ARGV do
     end
     if string.byte(idx, 1) == 49 and unlisted(k_byname(name), enqueued, id) then
       report('missing_from_index', id, 'name')
-      if repair then CZ.add(k_byname(name), enqueued, id) end
+      if repair then cz_add(k_byname(name), enqueued, id) end
     end
     if string.byte(idx, 2) == 49 and unlisted(k_byqueue(queue), enqueued, id) then
       report('missing_from_index', id, 'queue')
-      if repair then CZ.add(k_byqueue(queue), enqueued, id) end
+      if repair then cz_add(k_byqueue(queue), enqueued, id) end
     end
     if state ~= 'active' and (f[10] or f[7]) then
       report('stray_lock', id, state)

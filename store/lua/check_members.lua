@@ -58,11 +58,11 @@ end
 local step = chunked and 2 or 1
 local score
 local function listed(member)
-  if chunked then return CZ.has(key, score, member) end
+  if chunked then return cz_has(key, score, member) end
   return redis.call('ZSCORE', key, member)
 end
 local function unlist(member)
-  if chunked then CZ.rem(key, score, member) else redis.call('ZREM', key, member) end
+  if chunked then cz_rem(key, score, member) else redis.call('ZREM', key, member) end
 end
 
 for i = 5, #ARGV, step do

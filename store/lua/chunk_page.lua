@@ -27,7 +27,7 @@ local desc = ARGV[7] == 'desc'
 
 local rank = desc and redis.call('ZCARD', dir) - 1 or 0
 if has_cursor then
-  local m, r = CZ.locate(dir, cv, cs, cid)
+  local m, r = cz_locate(dir, cv, cs, cid)
   if m then
     rank = r or redis.call('ZRANK', dir, m)
   elseif desc then
@@ -39,8 +39,8 @@ while true do
   if found >= limit or reads > limit then return out end
   local entry = rank >= 0 and redis.call('ZRANGE', dir, rank, rank)[1]
   if not entry then break end
-  local _, n = CZ.parse(entry)
-  local ck = CZ.chunk(dir, n)
+  local _, n = cz_parse(entry)
+  local ck = cz_chunk(dir, n)
   local flat = desc and redis.call('ZREVRANGE', ck, 0, -1, 'WITHSCORES')
     or redis.call('ZRANGE', ck, 0, -1, 'WITHSCORES')
   reads = reads + 1
@@ -49,9 +49,9 @@ while true do
     if not has_cursor then
       after = true
     elseif desc then
-      after = CZ.before(tonumber(flat[i + 1]), flat[i], cv, cid)
+      after = cz_before(tonumber(flat[i + 1]), flat[i], cv, cid)
     else
-      after = CZ.before(cv, cid, tonumber(flat[i + 1]), flat[i])
+      after = cz_before(cv, cid, tonumber(flat[i + 1]), flat[i])
     end
     if after then
       if found >= limit then return out end

@@ -13,9 +13,9 @@ for i = 2, #ARGV do
   local f = redis.call('HMGET', k_job(id), 'name', 'queue', 'enqueued_at')
   if f[1] and f[2] and f[3] then
     if kind == 'name' then
-      CZ.add(k_byname(f[1]), f[3], id)
+      cz_add(k_byname(f[1]), f[3], id)
     else
-      CZ.add(k_byqueue(f[2]), f[3], id)
+      cz_add(k_byqueue(f[2]), f[3], id)
     end
     indexed = indexed + 1
   end

@@ -37,7 +37,7 @@ local f_meta = {}
 for i = 1, m do f_meta[ARGV[10 + n + 2 * i]] = ARGV[11 + n + 2 * i] end
 local strip = tonumber(ARGV[12 + n + 2 * m] or '') or 0
 local chunked = ARGV[13 + n + 2 * m] == '1'
-local bytes_lt = CZ.lt
+local bytes_lt = cz_lt
 
 -- before(a, b): a comes first in the requested order.
 local function before(sa, ia, sb, ib)
@@ -120,10 +120,10 @@ end
 -- A chunked set is read a chunk at a time, by directory rank.  The first
 -- chunk read after a cursor starts past it.
 local function chunk_head(dir)
-  local h = { key = dir, buf = {}, pos = 1, ck = nil, gone = false }
+  local h = { key = dir, buf = {}, pos = 1, ck = dir, loaded = false, gone = false }
   local first = nil
   if has_cursor then
-    local member, rank = CZ.locate(dir, tonumber(c_value), c_value, c_id)
+    local member, rank = cz_locate(dir, tonumber(c_value), c_value, c_id)
     if member then
       h.rank = rank or redis.call('ZRANK', dir, member)
       first = h.rank
@@ -148,8 +148,8 @@ local function chunk_head(dir)
         h.done = true
         break
       end
-      local _, cn = CZ.parse(entry)
-      local ck = CZ.chunk(dir, cn)
+      local _, cn = cz_parse(entry)
+      local ck = cz_chunk(dir, cn)
       local flat = desc and redis.call('ZREVRANGE', ck, 0, -1, 'WITHSCORES')
         or redis.call('ZRANGE', ck, 0, -1, 'WITHSCORES')
       local start = 1
@@ -160,7 +160,7 @@ local function chunk_head(dir)
           start = start + 2
         end
       end
-      h.entry, h.ck, h.buf, h.pos, h.gone = entry, ck, flat, start, false
+      h.entry, h.ck, h.buf, h.pos, h.gone, h.loaded = entry, ck, flat, start, false, true
       if #flat == 0 then
         -- A directory entry without its chunk (the key was lost): heal it.
         redis.call('ZREM', dir, entry)
@@ -175,10 +175,10 @@ local function chunk_head(dir)
   end
   function h.peek()
     if h.pos > #h.buf then
-      if h.ck then
+      if h.loaded then
         -- Next chunk: an ascending walk stays on this rank when the entry went.
         if desc then h.rank = h.rank - 1 elseif not h.gone then h.rank = h.rank + 1 end
-        h.ck = nil
+        h.loaded = false
       end
       if not load() then return nil end
     end
@@ -188,7 +188,7 @@ local function chunk_head(dir)
     h.pos = h.pos + 2
   end
   function h.heal(member)
-    if CZ.drop(dir, h.ck, member) then h.gone = true end
+    if cz_drop(dir, h.ck, member) then h.gone = true end
   end
   return h
 end

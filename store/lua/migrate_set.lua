@@ -33,5 +33,5 @@ for i = 1, #popped, 2 do
   flat[#flat + 1] = popped[i + 1]
   flat[#flat + 1] = popped[i]
 end
-CZ.add_many(dir, flat)
+cz_add_many(dir, flat)
 return { #popped / 2, redis.call('ZCARD', stage) }

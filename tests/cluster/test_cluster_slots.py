@@ -41,6 +41,7 @@ from store.index_admin import index_status, reindex
 from store.indexes import heal_index_tail, rebuild_index
 from store.layout import migrate
 from store.scripts import ScriptRegistry, script_names
+from tests.store.test_layout import to_layout_2
 from tests.cluster.conftest import (
     PrivateCluster,
     delete_cluster_prefix,
@@ -200,16 +201,21 @@ def test_every_store_script_runs_and_succeeds_on_a_cluster_store(
     assert store.sweep_state()["deleted"] > 0
     store.sweep_dedupes()
 
-    # migrate_rows: a layout-1 hash (one long field) is rewritten in pieces
+    # migrate_rows and migrate_set: a layout-1 store (plain sets, a hash with one long
+    # field) has its hash rewritten in pieces and its sets chunked
     long_job = store.enqueue(EnqueueRequest(name="Old", payload={"blob": "b" * 200})).id
+    listed = [job.id for job in store.list(limit=1000).items]
+    to_layout_2(store.client, store)
     key = store.keys.job(long_job)
     old = dict(join_pieces(store.client.hgetall(key)))
     assert len(old["payload"]) > 64
     store.client.delete(key)
     store.client.hset(key, mapping=old)
     store.client.delete(f"{store.keys.tag}:layout")
-    assert migrate(store.client, store.prefix).rewritten >= 1
+    result = migrate(store.client, store.prefix)
+    assert result.rewritten >= 1 and result.moved >= len(listed)
     assert store.get_job(long_job).payload == {"blob": "b" * 200}
+    assert [job.id for job in store.list(limit=1000).items] == listed
 
     missing = sorted(set(script_names()) - set(ran))
     assert not missing, f"operations never run on the cluster by this test: {missing}"

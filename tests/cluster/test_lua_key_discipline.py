@@ -77,7 +77,7 @@ KEY_ARGS: dict[str, int | str] = {
         PUBLISH""".split(),  # noqa: SIM905
         1,
     ),
-    **dict.fromkeys(["DEL", "UNLINK", "EXISTS", "TOUCH", "MGET"], "all"),
+    **dict.fromkeys(["DEL", "UNLINK", "EXISTS", "TOUCH", "MGET", "RENAME"], "all"),
 }
 
 #: (operation, source line) pairs whose key values may come from ARGV, with the reason.
@@ -1473,8 +1473,8 @@ MUTATIONS = {
     ),
     "a table field built from a literal": (
         "list.lua",
-        "heads[i] = { key = key,",
-        "heads[i] = { key = 'copy:' .. key,",
+        "local h = { key = key, rank",
+        "local h = { key = 'copy:' .. key, rank",
         "ZREM key",
     ),
     "keys of a table filled from ARGV": (

@@ -218,11 +218,9 @@ def to_layout_2(client: Any, store: RedisJobStore) -> int:
     for directory in dirs:
         members = chunked_members(client, directory)
         chunks = [f"{directory}\0{e.rsplit(chr(0), 1)[1]}" for e in client.zrange(directory, 0, -1)]
-        pipe = client.pipeline(transaction=True)
-        pipe.delete(directory, *chunks)
+        client.delete(directory, *chunks)  # one slot: a multi-key DEL works on a cluster too
         if members:
-            pipe.zadd(directory, members)
-        pipe.execute()
+            client.zadd(directory, members)
     client.delete(store.keys.index_counts, store.keys.index_seq)
     client.set(layout_key(store.keys), "2")
     return len(dirs)

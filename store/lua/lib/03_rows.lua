@@ -181,7 +181,27 @@ local function acc_zadd(acc, key, score, member)
 end
 
 local function flush_acc(acc)
-  for _, key in ipairs(acc.cz_order) do CZ.add_many(key, acc.cz[key]) end
+  -- Every row of the batch is in the all-jobs set: sorted once there (by Redis).
+  -- An index set that got every row (one name, one queue: the usual batch) takes
+  -- that order as it is; one that got some ranks them by it.
+  local every, sorted, rank, _ = acc.cz[K_ALL], nil, nil, nil
+  if every then
+    _, sorted = cz_add_many(K_ALL, every)
+  end
+  for _, key in ipairs(acc.cz_order) do
+    local z = acc.cz[key]
+    if key == K_ALL then
+      -- done above
+    elseif #z == #every then
+      cz_add_sorted(key, sorted)
+    else
+      if not rank then
+        rank = {}
+        for i = 1, #sorted, 2 do rank[sorted[i]] = i end
+      end
+      cz_add_many(key, z, rank)
+    end
+  end
   for _, key in ipairs(acc.order) do
     local z = acc.zsets[key]
     for i = 1, #z, 1000 do
@@ -290,9 +310,9 @@ local function insert_job(id, r, dedupe_key, now, idx, seq, acc)
     wkey, score, member, field = rt.delayed, run_at_s, id, rt.delayed_field
   end
   if not acc then
-    CZ.add(K_ALL, now_s, id)
-    if string.byte(idx, 1) == 49 then CZ.add(rt.byname, now_s, id) end
-    if string.byte(idx, 2) == 49 then CZ.add(rt.byqueue, now_s, id) end
+    cz_add(K_ALL, now_s, id)
+    if string.byte(idx, 1) == 49 then cz_add(rt.byname, now_s, id) end
+    if string.byte(idx, 2) == 49 then cz_add(rt.byqueue, now_s, id) end
     redis.call('ZADD', wkey, score, member)
     redis.call('HINCRBY', K_COUNTS, field, 1)
     -- Which job names each queue has seen (the dashboard's filters, oldest-waiting lookups).
@@ -348,7 +368,7 @@ local function orphan_queue(id, state)
     local n = at and string.sub(qname, at + 1) or ''
     if not queues[q] then
       queues[q], nq = true, nq + 1
-      if f[2] and CZ.has(k_byqueue(q), f[2], id) then return q end
+      if f[2] and cz_has(k_byqueue(q), f[2], id) then return q end
     end
     local qs = names[n]
     if not qs then

@@ -11,7 +11,7 @@ end
 -- per-name set members cannot be named): drop it from the store-wide sets
 -- that may list it; mqcheck removes the rest as dangling members.
 local function delete_remnant(id)
-  CZ.rem(K_ALL, redis.call('HGET', k_job(id), 'enqueued_at') or nil, id)
+  cz_rem(K_ALL, redis.call('HGET', k_job(id), 'enqueued_at') or nil, id)
   redis.call('ZREM', K_ACTIVE, id)
   redis.call('ZREM', K_KEEPAGE, id)
   for _, s in ipairs({ 'completed', 'failed', 'cancelled' }) do redis.call('ZREM', k_finished(s), id) end
@@ -33,11 +33,11 @@ local function delete_job(id)
   -- memory-growing command only as a script's first write, so deleting still works
   -- (a chunk merge after it moves members, which the first write lets through).
   local enqueued = f[6] or nil
-  CZ.rem(K_ALL, enqueued, id)
+  cz_rem(K_ALL, enqueued, id)
   forget_error(id, f[5] or nil)
   counts_add(queue, state, -1)
-  CZ.rem(k_byname(name), enqueued, id)
-  CZ.rem(k_byqueue(queue), enqueued, id)
+  cz_rem(k_byname(name), enqueued, id)
+  cz_rem(k_byqueue(queue), enqueued, id)
   if state == 'waiting' then
     rem_waiting(queue, name, seq, id)
   elseif state == 'delayed' then
