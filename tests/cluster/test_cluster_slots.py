@@ -41,7 +41,6 @@ from store.index_admin import index_status, reindex
 from store.indexes import heal_index_tail, rebuild_index
 from store.layout import migrate
 from store.scripts import ScriptRegistry, script_names
-from tests.store.test_layout import to_layout_2
 from tests.cluster.conftest import (
     PrivateCluster,
     delete_cluster_prefix,
@@ -52,6 +51,7 @@ from tests.cluster.conftest import (
 )
 from tests.flows.helpers import spec
 from tests.store.helpers import WAKE_TIMEOUT_MS, Waiter
+from tests.store.test_layout import to_layout_2
 
 # ---------------------------------------------------------------- every operation
 
