@@ -121,3 +121,29 @@ def test_chunked_sets_match_the_model(redis_client: Any, program: list, rnd: Any
                     i for i in want if model[i][1] == name
                 ]
             assert walk(store, order, limit, queue="q2") == [i for i in want if model[i][2] == "q2"]
+
+
+def test_bulk_inserts_that_interleave_the_tail_merge_it_or_go_in_one_by_one(
+    redis_client: Any,
+) -> None:
+    """Two bulk inserts in one millisecond whose ids interleave: the second merges the
+    chunks it falls into (at most 8, lib/02b_chunks.lua CZ_TAIL) or, behind a longer tail,
+    adds the members one by one.  Either way every invariant holds and the order is the
+    model's."""
+    with fresh_store(redis_client) as (store, _clock):
+        model: dict[str, tuple[int, str, str]] = {}
+
+        def bulk(ids: list[str]) -> None:
+            store.enqueue_many([EnqueueRequest(id=i, name="a", queue="q1") for i in ids])
+            model.update({i: (1_000, "a", "q1") for i in ids})
+            check(store, redis_client, model)
+
+        bulk([f"m{n:05d}" for n in range(0, 600, 2)])  # 3 chunks at one score
+        chunks = redis_client.zcard(store.keys.all)
+        bulk([f"m{n:05d}" for n in range(1, 400, 2)])  # falls into all of them: merged
+        assert redis_client.zcard(store.keys.all) <= chunks + 2
+        bulk([f"z{n:05d}" for n in range(0, 2400, 2)])  # 10 more chunks, same score
+        bulk([f"z{n:05d}" for n in range(1, 100, 2)])  # a tail of 10 chunks: one by one
+        expected = sorted(model, key=lambda i: (model[i][0], i.encode()))
+        assert walk(store, "asc", 500) == expected
+        assert walk(store, "desc", 77, name="a") == expected[::-1]

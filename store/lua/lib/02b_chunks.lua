@@ -180,11 +180,85 @@ local function cz_sorted(flat, rank)
   return out
 end
 
--- Add members given as {id, score, ...} in the set's order: those that come
--- after the set's last member (nearly all of a bulk insert) fill the last
--- chunk and new ones in order, CZ_CAP members a ZADD; any before it are added
--- one by one.  Returns the number of new members.
+-- Chunks a merge may rewrite at most (then members go in one by one).
+local CZ_TAIL = 8
+
+-- Fill chunks from {id, score, ...} (the set's order) from position i on,
+-- after every member of the set: the last chunk ck (card members; a card at
+-- the cap opens a new one), then new chunks.  Returns the members added.
+local function cz_fill(dir, ck, card, sorted, i)
+  local added = 0
+  while i <= #sorted do
+    if card >= CZ_CAP then
+      ck, card = cz_open(dir, sorted[i + 1], sorted[i]), 0
+    end
+    local take = math.min(CZ_CAP - card, (#sorted - i + 1) / 2)
+    added = added + cz_zadd_desc(ck, sorted, i, i + 2 * take - 1)
+    card, i = card + take, i + 2 * take
+  end
+  return added
+end
+
+-- New members that interleave with the set's last ones (a bulk insert in the
+-- same millisecond as the one before, whose ids sort below its last id): the
+-- chunks from the one that would hold the first new member to the end are
+-- merged with them (sorted by Redis in the scratch set) and written again,
+-- when they are at most CZ_TAIL.  Returns the members added, or nil when the
+-- tail is longer (the caller adds them one by one).
+local function cz_merge_tail(dir, sorted)
+  local m, rank = cz_locate(dir, tonumber(sorted[2]), sorted[2], sorted[1])
+  local total = redis.call('ZCARD', dir)
+  if not m then rank = 0 elseif not rank then rank = total - 1 end
+  if total - rank > CZ_TAIL then return nil end
+  local scratch = B .. ':czsort'
+  redis.call('DEL', scratch)
+  local before = 0
+  for _, entry in ipairs(redis.call('ZRANGE', dir, rank, -1)) do
+    local _, n = cz_parse(entry)
+    local ck = cz_chunk(dir, n)
+    local flat = redis.call('ZRANGE', ck, 0, -1, 'WITHSCORES')
+    if #flat > 0 then
+      local args = {}
+      for k = 1, #flat, 2 do
+        args[k], args[k + 1] = flat[k + 1], flat[k]
+      end
+      redis.call('ZADD', scratch, unpack(args))
+      before = before + #flat / 2
+    end
+    redis.call('DEL', ck)
+  end
+  redis.call('ZREMRANGEBYRANK', dir, rank, -1)
+  for k = 1, #sorted, 1000 do
+    local args = {}
+    for j = k, math.min(k + 999, #sorted), 2 do
+      args[#args + 1] = sorted[j + 1]
+      args[#args + 1] = sorted[j]
+    end
+    redis.call('ZADD', scratch, unpack(args))
+  end
+  local union = redis.call('ZRANGE', scratch, 0, -1, 'WITHSCORES')
+  redis.call('DEL', scratch)
+  -- What is left of the set comes before every member of the union.
+  local ck, card = dir, CZ_CAP
+  local last = redis.call('ZRANGE', dir, -1, -1)
+  if #last > 0 then
+    local _, n = cz_parse(last[1])
+    ck = cz_chunk(dir, n)
+    card = redis.call('ZCARD', ck)
+  end
+  cz_fill(dir, ck, card, union, 1)
+  local added = #union / 2 - before
+  cz_count(dir, added)
+  return added
+end
+
+-- Add members given as {id, score, ...} in the set's order: when they all come
+-- after the set's last member (nearly every bulk insert) they fill the last
+-- chunk and new ones, CZ_CAP members a ZADD; when they interleave with its
+-- last members, the tail is merged (cz_merge_tail) or, past CZ_TAIL chunks,
+-- those before the last member go in one by one.  Returns the members added.
 local function cz_add_sorted(dir, sorted)
+  if #sorted == 0 then return 0 end
   local added, i = 0, 1
   -- No chunk yet: a card at the cap makes the first member open one.
   local ck, card = dir, CZ_CAP
@@ -195,28 +269,21 @@ local function cz_add_sorted(dir, sorted)
     local top = redis.call('ZRANGE', ck, -1, -1, 'WITHSCORES')
     local ts, tid = tonumber(last[2]), bound_id
     if #top > 0 then ts, tid = tonumber(top[2]), top[1] end
-    -- Members that do not come after the last one (ties in the same millisecond,
-    -- nearly always few) go in one by one; the last chunk may change meanwhile.
-    while i <= #sorted and not cz_before(ts, tid, tonumber(sorted[i + 1]), sorted[i]) do
-      added = added + cz_add(dir, sorted[i + 1], sorted[i])
-      i = i + 2
-    end
-    if i > #sorted then return added end
-    if added > 0 then
+    if not cz_before(ts, tid, tonumber(sorted[2]), sorted[1]) then
+      local merged = cz_merge_tail(dir, sorted)
+      if merged then return merged end
+      while i <= #sorted and not cz_before(ts, tid, tonumber(sorted[i + 1]), sorted[i]) do
+        added = added + cz_add(dir, sorted[i + 1], sorted[i])
+        i = i + 2
+      end
+      if i > #sorted then return added end
+      -- A split may have moved the last member to a new chunk.
       local _, n2 = cz_parse(redis.call('ZRANGE', dir, -1, -1)[1])
       ck = cz_chunk(dir, n2)
     end
     card = redis.call('ZCARD', ck)
   end
-  local appended = 0
-  while i <= #sorted do
-    if card >= CZ_CAP then
-      ck, card = cz_open(dir, sorted[i + 1], sorted[i]), 0
-    end
-    local take = math.min(CZ_CAP - card, (#sorted - i + 1) / 2)
-    appended = appended + cz_zadd_desc(ck, sorted, i, i + 2 * take - 1)
-    card, i = card + take, i + 2 * take
-  end
+  local appended = cz_fill(dir, ck, card, sorted, i)
   cz_count(dir, appended)
   return added + appended
 end
