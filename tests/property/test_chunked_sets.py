@@ -135,7 +135,7 @@ def test_bulk_inserts_that_interleave_the_tail_merge_it_or_go_in_one_by_one(
 
         def bulk(ids: list[str]) -> None:
             store.enqueue_many([EnqueueRequest(id=i, name="a", queue="q1") for i in ids])
-            model.update({i: (1_000, "a", "q1") for i in ids})
+            model.update(dict.fromkeys(ids, (1000, "a", "q1")))
             check(store, redis_client, model)
 
         bulk([f"m{n:05d}" for n in range(0, 600, 2)])  # 3 chunks at one score
