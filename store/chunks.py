@@ -9,7 +9,9 @@ algorithm):
 * ``<index key>`` is the directory: one entry per chunk, member ``<lower bound id> NUL
   <chunk number>``, scored by the lower bound's score;
 * ``<index key> NUL <number>`` is a chunk;
-* ``{prefix}:ixcount`` (hash) holds each index's size, ``{prefix}:ixseq`` draws chunk numbers.
+* ``{prefix}:ixcount`` (hash) holds each set's size (field: the directory key) and the
+  set's last chunk as a cache for appends (fields ``<directory> NUL n|c|b|i``: its number,
+  size, bound score and id), ``{prefix}:ixseq`` draws chunk numbers.
 
 Members keep the order of one sorted set ((enqueued_at, id), ids as bytes); every read
 and write is one script call of O(log chunks + 128).
@@ -24,6 +26,8 @@ from store.keys import NUL, StoreKeys
 
 #: Members a chunk holds at most (the server default of zset-max-listpack-entries).
 CHUNK_CAPACITY = 128
+#: The fields (after ``<directory> NUL``) of a set's remembered last chunk in ixcount.
+TAIL_FIELDS = ("n", "c", "b", "i")
 #: Members one chunk_page call returns at most.
 PAGE = 500
 

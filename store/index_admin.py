@@ -26,10 +26,10 @@ from typing import TYPE_CHECKING, Any
 import redis.cluster
 from redis.exceptions import RedisClusterException
 
-from store.chunks import split_chunk_key
+from store.chunks import TAIL_FIELDS, split_chunk_key
 from store.errors import InvalidRequestError, JobStoreError
 from store.indexes import INDEX_KINDS, rebuild_index
-from store.keys import StoreKeys
+from store.keys import NUL, StoreKeys
 from store.redis_store import redis_errors
 
 if TYPE_CHECKING:
@@ -200,7 +200,9 @@ def reclaim_index(
             if not dry_run:
                 removed = int(store.client.unlink(*batch))
                 if directories:
-                    store.client.hdel(store.keys.index_counts, *directories)
+                    # Each set's size and its remembered last chunk (lua/lib/02b_chunks.lua).
+                    fields = [f"{d}{NUL}{w}" for d in directories for w in TAIL_FIELDS]
+                    store.client.hdel(store.keys.index_counts, *directories, *fields)
             else:
                 removed = len(batch)
         for k, key in enumerate(batch):

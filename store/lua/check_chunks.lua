@@ -38,6 +38,9 @@ if what == 'size' then
   return { out, 1 }
 end
 
+-- Repairs change the directory or the chunks: the remembered last chunk goes.
+if repair then cz_forget_tail(dir) end
+
 if what == 'entries' then
   local members = 0
   for i = 5, #ARGV do

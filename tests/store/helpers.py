@@ -251,6 +251,16 @@ def assert_chunked_set(client: Any, directory: str, counts_key: str) -> dict[str
             assert upper is None or at < upper, (key, member, upper)
             members[member] = score
     assert int(client.hget(counts_key, directory) or 0) == len(members), directory
+    # The remembered last chunk (a cache for appends), when present, must be the last
+    # chunk, with a size not below its own and its bound.
+    n, card, score, bound = client.hmget(
+        counts_key, [f"{directory}\0{w}" for w in ("n", "c", "b", "i")]
+    )
+    if n is not None:
+        assert bounds, (directory, "a remembered last chunk of an empty set")
+        assert n == bounds[-1][1], (directory, n, bounds[-1])
+        assert int(card) >= client.zcard(f"{directory}\0{n}"), (directory, card)
+        assert (float(score), bound.encode()) == bounds[-1][0], (directory, score, bound)
     return members
 
 

@@ -55,6 +55,16 @@ local function cz_count(dir, n)
   if n ~= 0 then redis.call('HINCRBY', B .. ':ixcount', dir, n) end
 end
 
+-- The last chunk of a set is remembered in the same hash, so that appending
+-- a row of "now" (every single enqueue: cz_append_row) reads no directory:
+-- '<dir> NUL n' its number, '<dir> NUL c' its size (never below the truth),
+-- '<dir> NUL b' and '<dir> NUL i' its lower bound (score, id).  A cache:
+-- every other change of the set forgets it (cz_forget_tail) and the next
+-- append learns it again.
+local function cz_forget_tail(dir)
+  redis.call('HDEL', B .. ':ixcount', dir .. NUL .. 'n', dir .. NUL .. 'c', dir .. NUL .. 'b', dir .. NUL .. 'i')
+end
+
 -- Open a chunk whose lower bound is (s, id): its directory entry; the chunk
 -- key exists once a member is added.  Returns the chunk key.
 local function cz_open(dir, s, id)
@@ -108,6 +118,7 @@ end
 -- Returns 1 when the member is new, 0 when it was there (its score updated
 -- when it stays in the same chunk).
 local function cz_add(dir, s, id)
+  cz_forget_tail(dir)
   local sn = tonumber(s)
   local m, rank = cz_locate(dir, sn, s, id)
   local is_last = m and rank == nil
@@ -259,6 +270,7 @@ end
 -- those before the last member go in one by one.  Returns the members added.
 local function cz_add_sorted(dir, sorted)
   if #sorted == 0 then return 0 end
+  cz_forget_tail(dir)
   local added, i = 0, 1
   -- No chunk yet: a card at the cap makes the first member open one.
   local ck, card = dir, CZ_CAP
@@ -297,6 +309,46 @@ local function cz_add_many(dir, flat, rank)
   return cz_add_sorted(dir, sorted), sorted
 end
 
+-- Append one new row, id scored s (sn as a number: the enqueue's "now"), to
+-- each chunked set of dirs (distinct).  Where the remembered last chunk has
+-- room and its bound's score is below sn, the row belongs there: one ZADD,
+-- and one HMGET and one HSET for all the sets.  Elsewhere (nothing
+-- remembered, a full chunk, a tie with the bound) cz_add places it and the
+-- last chunk is learnt again.
+local function cz_append_row(dirs, s, sn, id)
+  local fields = {}
+  for _, dir in ipairs(dirs) do
+    fields[#fields + 1] = dir .. NUL .. 'n'
+    fields[#fields + 1] = dir .. NUL .. 'c'
+    fields[#fields + 1] = dir .. NUL .. 'b'
+    fields[#fields + 1] = dir .. NUL .. 'i'
+    fields[#fields + 1] = dir
+  end
+  local v = redis.call('HMGET', B .. ':ixcount', unpack(fields))
+  local set = {}
+  for i, dir in ipairs(dirs) do
+    local o = (i - 1) * 5
+    local n, card, bound, bound_id = v[o + 1], tonumber(v[o + 2]), tonumber(v[o + 3]), v[o + 4]
+    if n and card and bound and bound_id and card < CZ_CAP and cz_before(bound, bound_id, sn, id) then
+      if redis.call('ZADD', cz_chunk(dir, n), s, id) == 1 then
+        set[#set + 1], set[#set + 2] = fields[o + 2], card + 1
+        set[#set + 1], set[#set + 2] = fields[o + 5], (tonumber(v[o + 5]) or 0) + 1
+      end
+    else
+      cz_add(dir, s, id)
+      local last = redis.call('ZRANGE', dir, -1, -1, 'WITHSCORES')
+      local lb, ln = cz_parse(last[1])
+      if ln ~= '' then
+        set[#set + 1], set[#set + 2] = fields[o + 1], ln
+        set[#set + 1], set[#set + 2] = fields[o + 2], redis.call('ZCARD', cz_chunk(dir, ln))
+        set[#set + 1], set[#set + 2] = fields[o + 3], last[2]
+        set[#set + 1], set[#set + 2] = fields[o + 4], lb
+      end
+    end
+  end
+  if #set > 0 then redis.call('HSET', B .. ':ixcount', unpack(set)) end
+end
+
 -- A chunk's lower bound is its first member: when that member leaves, the
 -- bound moves up to the new first one (it stays above the previous chunk's
 -- members), so the directory never names a job that is gone.  Returns the
@@ -306,6 +358,7 @@ local function cz_rebound(dir, m, ck, id)
   if bound ~= id then return m end
   local head = redis.call('ZRANGE', ck, 0, 0, 'WITHSCORES')
   if #head == 0 then return m end
+  cz_forget_tail(dir)
   redis.call('ZREM', dir, m)
   m = head[1] .. NUL .. n
   redis.call('ZADD', dir, head[2], m)
@@ -318,6 +371,7 @@ end
 local function cz_settle(dir, m, ck, rank, id)
   local card = redis.call('ZCARD', ck)
   if card == 0 then
+    cz_forget_tail(dir)
     redis.call('ZREM', dir, m)
     return
   end
@@ -330,6 +384,7 @@ local function cz_settle(dir, m, ck, rank, id)
     local _, n2 = cz_parse(nxt)
     local ck2 = cz_chunk(dir, n2)
     if card + redis.call('ZCARD', ck2) <= CZ_CAP then
+      cz_forget_tail(dir)
       cz_move(ck2, ck)
       redis.call('ZREM', dir, nxt)
       return
@@ -340,6 +395,7 @@ local function cz_settle(dir, m, ck, rank, id)
     local _, n0 = cz_parse(prv)
     local ck0 = cz_chunk(dir, n0)
     if card + redis.call('ZCARD', ck0) <= CZ_CAP then
+      cz_forget_tail(dir)
       cz_move(ck, ck0)
       redis.call('ZREM', dir, m)
     end
@@ -384,6 +440,7 @@ local function cz_drop(dir, ck, id)
     cz_rebound(dir, m, ck, id)
     return false
   end
+  cz_forget_tail(dir)
   redis.call('ZREM', dir, m)
   return true
 end

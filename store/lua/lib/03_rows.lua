@@ -310,9 +310,10 @@ local function insert_job(id, r, dedupe_key, now, idx, seq, acc)
     wkey, score, member, field = rt.delayed, run_at_s, id, rt.delayed_field
   end
   if not acc then
-    cz_add(K_ALL, now_s, id)
-    if string.byte(idx, 1) == 49 then cz_add(rt.byname, now_s, id) end
-    if string.byte(idx, 2) == 49 then cz_add(rt.byqueue, now_s, id) end
+    local dirs = { K_ALL }
+    if string.byte(idx, 1) == 49 then dirs[#dirs + 1] = rt.byname end
+    if string.byte(idx, 2) == 49 then dirs[#dirs + 1] = rt.byqueue end
+    cz_append_row(dirs, now_s, now, id)
     redis.call('ZADD', wkey, score, member)
     redis.call('HINCRBY', K_COUNTS, field, 1)
     -- Which job names each queue has seen (the dashboard's filters, oldest-waiting lookups).
