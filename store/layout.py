@@ -182,18 +182,19 @@ def migrate(
             f"store {prefix!r} uses data layout {before}, which this version does not know "
             f"(`{MIGRATE_HINT}` converts layouts 1 and 2 to {LAYOUT}); nothing was changed"
         )
-    scripts = ScriptRegistry(client, keys.tag) if before in MIGRATABLE else None
-    try:
-        if before == 1:
-            _migrate_rows(client, keys, scripts, result, progress, should_stop, batch)
+    if before in MIGRATABLE:
+        run = _Migration(client, keys, ScriptRegistry(client, keys.tag), result, batch)
+        run.progress, run.should_stop = progress, should_stop
+        try:
+            if before == 1:
+                run.rows()
+                if not result.stopped:
+                    with redis_errors("migrate_store"):
+                        client.set(layout_key(keys), "2")
             if not result.stopped:
-                with redis_errors("migrate_store"):
-                    client.set(layout_key(keys), "2")
-        if scripts is not None and not result.stopped:
-            _migrate_sets(client, keys, scripts, result, progress, should_stop, batch)
-    finally:
-        if scripts is not None:
-            scripts.close()
+                run.sets()
+        finally:
+            run.scripts.close()
     if not result.stopped:
         with redis_errors("migrate_store"):
             client.set(layout_key(keys), str(LAYOUT))
@@ -212,71 +213,72 @@ def migrate(
     return result
 
 
-def _migrate_rows(
-    client: Any,
-    keys: StoreKeys,
-    scripts: Any,
-    result: MigrationResult,
-    progress: Callable[[MigrationResult], None] | None,
-    should_stop: Callable[[], bool] | None,
-    batch: int,
-) -> None:
-    """Layout 1 -> 2: the job hashes, ZSCAN pages of ``all`` (a plain sorted set)."""
-    result.phase = "rows"
-    cursor = 0
-    while True:
-        if should_stop is not None and should_stop():
-            result.stopped = True
-            return
-        with redis_errors("migrate_store"):
-            cursor, page = client.zscan(keys.all, cursor, count=batch)
-        ids = [member for member, _score in page]
-        for start in range(0, len(ids), batch):
-            chunk = ids[start : start + batch]
+@dataclass
+class _Migration:
+    """One run of ``migrate``: its passes over a store of an older layout."""
+
+    client: Any
+    keys: StoreKeys
+    scripts: Any
+    result: MigrationResult
+    batch: int
+    progress: Callable[[MigrationResult], None] | None = None
+    should_stop: Callable[[], bool] | None = None
+
+    def stop_now(self) -> bool:
+        if self.should_stop is not None and self.should_stop():
+            self.result.stopped = True
+        return self.result.stopped
+
+    def report(self) -> None:
+        if self.progress is not None:
+            self.progress(self.result)
+
+    def rows(self) -> None:
+        """Layout 1 -> 2: the job hashes, ZSCAN pages of ``all`` (a plain sorted set)."""
+        client, keys, result, batch = self.client, self.keys, self.result, self.batch
+        result.phase = "rows"
+        cursor = 0
+        while not self.stop_now():
             with redis_errors("migrate_store"):
-                result.rewritten += int(scripts("migrate_rows", *chunk))
-            result.scanned += len(chunk)
-            if progress is not None:
-                progress(result)
-        if cursor == 0:
-            return
-
-
-def _migrate_sets(
-    client: Any,
-    keys: StoreKeys,
-    scripts: Any,
-    result: MigrationResult,
-    progress: Callable[[MigrationResult], None] | None,
-    should_stop: Callable[[], bool] | None,
-    batch: int,
-) -> None:
-    """Layout 2 -> 3: every plain set listing jobs becomes a chunked set."""
-    result.phase = "sets"
-    sets = _plain_sets(client, keys)
-    for start in range(0, len(sets), BATCH):
-        with redis_errors("migrate_store"):
-            pipe = client.pipeline(transaction=False)
-            for kind, arg in sets[start : start + BATCH]:
-                key = _set_key(keys, kind, arg)
-                # A set a stopped run began has its rest under the staging key.
-                pipe.zcard(keys.migrating(key))
-                pipe.zcard(key)
-            cards = pipe.execute()
-        for i in range(0, len(cards), 2):
-            result.to_move += int(cards[i]) if cards[i] else int(cards[i + 1])
-    for kind, arg in sets:
-        converted = False
-        while True:
-            if should_stop is not None and should_stop():
-                result.stopped = True
+                cursor, page = client.zscan(keys.all, cursor, count=batch)
+            ids = [member for member, _score in page]
+            for start in range(0, len(ids), batch):
+                chunk = ids[start : start + batch]
+                with redis_errors("migrate_store"):
+                    result.rewritten += int(self.scripts("migrate_rows", *chunk))
+                result.scanned += len(chunk)
+                self.report()
+            if cursor == 0:
                 return
+
+    def sets(self) -> None:
+        """Layout 2 -> 3: every plain set listing jobs becomes a chunked set."""
+        client, keys, result = self.client, self.keys, self.result
+        result.phase = "sets"
+        sets = _plain_sets(client, keys)
+        for start in range(0, len(sets), BATCH):
             with redis_errors("migrate_store"):
-                moved, left = (int(x) for x in scripts("migrate_set", kind, arg, batch))
-            result.moved += moved
-            converted = converted or moved > 0
-            if progress is not None and moved:
-                progress(result)
-            if left == 0:
-                break
-        result.sets += int(converted)
+                pipe = client.pipeline(transaction=False)
+                for kind, arg in sets[start : start + BATCH]:
+                    key = _set_key(keys, kind, arg)
+                    # A set a stopped run began has its rest under the staging key.
+                    pipe.zcard(keys.migrating(key))
+                    pipe.zcard(key)
+                cards = pipe.execute()
+            for i in range(0, len(cards), 2):
+                result.to_move += int(cards[i]) if cards[i] else int(cards[i + 1])
+        for kind, arg in sets:
+            converted = False
+            left = 1
+            while left and not self.stop_now():
+                with redis_errors("migrate_store"):
+                    reply = self.scripts("migrate_set", kind, arg, self.batch)
+                moved, left = int(reply[0]), int(reply[1])
+                result.moved += moved
+                converted = converted or moved > 0
+                if moved:
+                    self.report()
+            if result.stopped:
+                return
+            result.sets += int(converted)

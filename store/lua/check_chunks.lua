@@ -18,11 +18,7 @@
 -- problems: flat (kind, subject, detail) triples of kind 'index_chunk'.
 local repair = ARGV[1] == '1'
 local kind, arg, what = ARGV[2], ARGV[3], ARGV[4]
-local dir
-if kind == 'all' then dir = K_ALL
-elseif kind == 'byname' then dir = k_byname(arg)
-elseif kind == 'byqueue' then dir = k_byqueue(arg)
-else return redis.error_reply('check_chunks: unknown set ' .. kind) end
+local dir = cz_set_key(kind, arg)
 local subject = kind == 'all' and 'all' or (kind .. ':' .. arg)
 local out = {}
 local function report(detail)
@@ -83,12 +79,7 @@ if what == 'chunks' then
         report('chunk ' .. n .. ' (' .. (#flat / 2) .. ' members) is not in the directory')
         if repair then
           redis.call('DEL', ck)
-          local pairs_ = {}
-          for k = 1, #flat, 2 do
-            pairs_[#pairs_ + 1] = flat[k + 1]
-            pairs_[#pairs_ + 1] = flat[k]
-          end
-          cz_add_many(dir, pairs_)
+          cz_add_many(dir, cz_zadd_args(flat))
         end
       end
     end

@@ -14,11 +14,7 @@
 -- member present for the whole walk is returned once.  At most one chunk per
 -- member returned, plus one, is read.
 local kind, arg = ARGV[1], ARGV[2]
-local dir
-if kind == 'all' then dir = K_ALL
-elseif kind == 'byname' then dir = k_byname(arg)
-elseif kind == 'byqueue' then dir = k_byqueue(arg)
-else return redis.error_reply('chunk_page: unknown set ' .. kind) end
+local dir = cz_set_key(kind, arg)
 local has_cursor = ARGV[3] == '1'
 local cs, cid = ARGV[4], ARGV[5]
 local cv = tonumber(cs)

@@ -15,11 +15,7 @@
 -- they hold a NUL, which no job id does) or does not exist is left alone, so
 -- a stopped run is simply started again.
 local kind, arg = ARGV[1], ARGV[2]
-local dir
-if kind == 'all' then dir = K_ALL
-elseif kind == 'byname' then dir = k_byname(arg)
-elseif kind == 'byqueue' then dir = k_byqueue(arg)
-else return redis.error_reply('migrate_set: unknown set ' .. kind) end
+local dir = cz_set_key(kind, arg)
 local n = math.max(1, math.min(tonumber(ARGV[3]) or 500, 500))
 local stage = B .. ':migrate:' .. string.sub(dir, #B + 2)
 if redis.call('EXISTS', stage) == 0 then
@@ -28,10 +24,5 @@ if redis.call('EXISTS', stage) == 0 then
   redis.call('RENAME', dir, stage)
 end
 local popped = redis.call('ZPOPMIN', stage, n)
-local flat = {}
-for i = 1, #popped, 2 do
-  flat[#flat + 1] = popped[i + 1]
-  flat[#flat + 1] = popped[i]
-end
-cz_add_many(dir, flat)
+cz_add_many(dir, cz_zadd_args(popped))
 return { #popped / 2, redis.call('ZCARD', stage) }

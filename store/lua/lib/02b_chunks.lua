@@ -51,6 +51,25 @@ local function cz_parse(m)
   return string.sub(m, 1, at - 1), string.sub(m, at + 1)
 end
 
+-- The chunked set a script's ARGV names: 'all', or 'byname' / 'byqueue' and
+-- the name or queue (an unknown kind is an error).
+local function cz_set_key(kind, arg)
+  if kind == 'all' then return K_ALL end
+  if kind == 'byname' then return k_byname(arg) end
+  if kind == 'byqueue' then return k_byqueue(arg) end
+  error('unknown chunked set ' .. tostring(kind))
+end
+
+-- A reply {member, score, ...} (ZRANGE WITHSCORES, ZPOPMIN) as ZADD's
+-- {score, member, ...}.
+local function cz_zadd_args(flat)
+  local args = {}
+  for k = 1, #flat, 2 do
+    args[k], args[k + 1] = flat[k + 1], flat[k]
+  end
+  return args
+end
+
 local function cz_count(dir, n)
   if n ~= 0 then redis.call('HINCRBY', B .. ':ixcount', dir, n) end
 end
@@ -229,11 +248,7 @@ local function cz_merge_tail(dir, sorted)
     local ck = cz_chunk(dir, n)
     local flat = redis.call('ZRANGE', ck, 0, -1, 'WITHSCORES')
     if #flat > 0 then
-      local args = {}
-      for k = 1, #flat, 2 do
-        args[k], args[k + 1] = flat[k + 1], flat[k]
-      end
-      redis.call('ZADD', scratch, unpack(args))
+      redis.call('ZADD', scratch, unpack(cz_zadd_args(flat)))
       before = before + #flat / 2
     end
     redis.call('DEL', ck)
