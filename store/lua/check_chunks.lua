@@ -79,7 +79,7 @@ if what == 'chunks' then
         report('chunk ' .. n .. ' (' .. (#flat / 2) .. ' members) is not in the directory')
         if repair then
           redis.call('DEL', ck)
-          cz_add_many(dir, cz_zadd_args(flat))
+          cz_add_sorted(dir, flat) -- a chunk's members come in the set's order
         end
       end
     end

@@ -17,6 +17,12 @@ local n = tonumber(ARGV[3])
 local first = redis.call('INCRBY', K_SEQ, n) - n
 local out = {}
 local acc = new_acc()
+-- Every row shares the score "now" in the all-jobs set and the indexes, so
+-- rows whose ids ascend as bytes arrive in the sets' order.  Auto ids do:
+-- 'j-<first + i>' in item order, as long as the ordinals keep one number of
+-- digits (across a power of ten, 'j-1000' sorts before 'j-999').  Any other
+-- id, or an auto id given up, leaves the order to the sort.
+acc.in_order = #fmt(first + 1) == #fmt(first + n)
 local r
 -- Set once an explicit id of the store's own "j-<n>" shape is inserted: it may
 -- name an ordinal this chunk reserved, so later auto ids are probed.
@@ -27,12 +33,16 @@ for i = 1, n do
   local id = r.id
   if r.mode == 'auto' then
     id = 'j-' .. seq
+    -- A skipped row leaves the others in order.
     if probe and redis.call('EXISTS', k_job(id)) == 1 then id, seq = '', nil end
-  elseif redis.call('EXISTS', k_job(id)) == 1 then
-    if r.mode == 'user' then id = NUL .. id else id = '' end
-    seq = nil
-  elseif string.byte(id, 1) == 106 and string.byte(id, 2) == 45 then -- 'j-'
-    probe = true
+  else
+    acc.in_order = false
+    if redis.call('EXISTS', k_job(id)) == 1 then
+      if r.mode == 'user' then id = NUL .. id else id = '' end
+      seq = nil
+    elseif string.byte(id, 1) == 106 and string.byte(id, 2) == 45 then -- 'j-'
+      probe = true
+    end
   end
   if seq then insert_job(id, r, '', now, idx, seq, acc) end
   out[i] = id

@@ -24,5 +24,6 @@ if redis.call('EXISTS', stage) == 0 then
   redis.call('RENAME', dir, stage)
 end
 local popped = redis.call('ZPOPMIN', stage, n)
-cz_add_many(dir, cz_zadd_args(popped))
+-- ZPOPMIN answers {id, score, ...} in the set's order: no sort needed.
+cz_add_sorted(dir, popped)
 return { #popped / 2, redis.call('ZCARD', stage) }

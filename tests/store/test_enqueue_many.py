@@ -18,7 +18,15 @@ from store import (
     ScheduleRecord,
     TraceContext,
 )
-from tests.store.helpers import Waiter, claim, claim_empty, claim_job, counts_of, req
+from tests.store.helpers import (
+    Waiter,
+    assert_chunked_set,
+    claim,
+    claim_empty,
+    claim_job,
+    counts_of,
+    req,
+)
 
 
 def test_bat_01_batch_insert_with_positional_results(store):
@@ -311,3 +319,62 @@ def test_enqueue_many_1201_items_with_duplicates_and_dedupe_across_chunks(store)
     claimed = [claim_job(store, token=f"t-{n}").id for n in range(len(expected_order))]
     assert claimed == expected_order
     assert isinstance(claim(store, token="t-end"), Empty)
+
+
+# ---------------------------------------------------------------- chunked sets, batch order
+
+
+def _listed(store, **options: Any) -> list[str]:
+    ids: list[str] = []
+    cursor = None
+    while True:
+        page = store.list(cursor=cursor, limit=200, order="asc", **options)
+        ids += [job.id for job in page.items]
+        cursor = page.cursor
+        if cursor is None:
+            return ids
+
+
+def test_auto_id_batches_reach_the_chunked_sets_in_order_across_a_power_of_ten(store, clock):
+    # A batch of auto ids skips the sort while its ordinals keep one number of digits;
+    # one that crosses 999 -> 1000 ('j-1000' sorts before 'j-999') is sorted, and the
+    # next batch, in the same millisecond, interleaves with it ('j-1201' < 'j-999').
+    # Two names and two queues put part of each batch in each index set.
+    clock.set(5_000)
+    store.client.set(store.keys.seq, 700)
+    keys = store.keys
+    expected: dict[str, list[str]] = {}
+    for _ in range(2):
+        items = [
+            req(name=f"n{i % 2}", queue=f"q{i % 3 > 0:d}", payload={"i": i}) for i in range(500)
+        ]
+        for item, result in zip(items, store.enqueue_many(items), strict=True):
+            assert not result.duplicate
+            for key in ("all", f"name:{item.name}", f"queue:{item.queue}"):
+                expected.setdefault(key, []).append(result.id)
+        # After each batch: every set holds its rows, in chunks that keep the order.
+        for key, rows in expected.items():
+            if key == "all":
+                directory = keys.all
+            elif key.startswith("name:"):
+                directory = keys.byname(key[5:])
+            else:
+                directory = keys.byqueue(key[6:])
+            members = assert_chunked_set(store.client, directory, keys.index_counts)
+            assert set(members) == set(rows), key
+            assert set(members.values()) == {5_000.0}, key
+    assert expected["all"][0] == "j-701" and expected["all"][-1] == "j-1700"
+    # Listed oldest first: one millisecond, so ids as bytes.
+    by_bytes = sorted(expected["all"], key=str.encode)
+    assert _listed(store) == by_bytes
+    assert _listed(store, name="n1") == sorted(expected["name:n1"], key=str.encode)
+    assert _listed(store, queue="q0") == sorted(expected["queue:q0"], key=str.encode)
+
+
+def test_a_batch_with_explicit_ids_out_of_order_is_sorted_into_the_chunked_sets(store, clock):
+    clock.set(5_000)
+    ids = [f"id-{n:03d}" for n in range(300)][::-1] + [None] * 200
+    results = store.enqueue_many([req(id=job_id, payload={"n": 1}) for job_id in ids])
+    members = assert_chunked_set(store.client, store.keys.all, store.keys.index_counts)
+    assert set(members) == {r.id for r in results}
+    assert _listed(store) == sorted(members, key=str.encode)

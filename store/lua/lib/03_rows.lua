@@ -184,9 +184,16 @@ local function flush_acc(acc)
   -- Every row of the batch is in the all-jobs set: sorted once there (by Redis).
   -- An index set that got every row (one name, one queue: the usual batch) takes
   -- that order as it is; one that got some ranks them by it.
+  -- acc.in_order: the caller knows the rows came in the sets' order (see
+  -- enqueue_many), so no set needs sorting.
   local every, sorted, rank, _ = acc.cz[K_ALL], nil, nil, nil
   if every then
-    _, sorted = cz_add_many(K_ALL, every)
+    if acc.in_order then
+      sorted = cz_zadd_args(every)
+      cz_add_sorted(K_ALL, sorted)
+    else
+      _, sorted = cz_add_many(K_ALL, every)
+    end
   end
   for _, key in ipairs(acc.cz_order) do
     local z = acc.cz[key]
@@ -194,6 +201,8 @@ local function flush_acc(acc)
       -- done above
     elseif #z == #every then
       cz_add_sorted(key, sorted)
+    elseif acc.in_order then
+      cz_add_sorted(key, cz_zadd_args(z))
     else
       if not rank then
         rank = {}
