@@ -51,7 +51,7 @@ from bench.chaos import (  # noqa: E402
 )
 from store import TERMINAL_STATES, EnqueueRequest, RedisJobStore, connect  # noqa: E402
 
-#: The worker process.  argv: url, prefix, JSON config.
+#: The worker process.  argv: url, prefix, JSON config, worker id.
 WORKER_SCRIPT = r"""
 import signal, sys
 signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
@@ -76,6 +76,7 @@ Worker(
     store, [job], concurrency=cfg["concurrency"], prefetch=cfg["prefetch"],
     lock_duration_ms=cfg["lock_ms"], stalled_interval_ms=cfg["stalled_ms"],
     max_stalled_count=1000, poll_interval_ms=200, registry=registry,
+    worker_id=sys.argv[4],
 ).run()
 """
 
@@ -141,7 +142,7 @@ def _manage(url: str, prefix: str, *args: str) -> subprocess.CompletedProcess[st
 def _spawn(url: str, prefix: str, conf: dict[str, Any], path: Path, index: int) -> WorkerProc:
     handle = path.open("wb")
     proc = subprocess.Popen(
-        [sys.executable, "-c", WORKER_SCRIPT, url, prefix, json.dumps(conf)],
+        [sys.executable, "-c", WORKER_SCRIPT, url, prefix, json.dumps(conf), _worker_id(index)],
         env=child_env(),
         cwd=str(REPO),
         stdout=subprocess.DEVNULL,
@@ -149,6 +150,19 @@ def _spawn(url: str, prefix: str, conf: dict[str, Any], path: Path, index: int) 
     )
     handle.close()
     return WorkerProc(proc, path, time.monotonic(), index)
+
+
+def _worker_id(index: int) -> str:
+    return f"loss-worker-{index}"
+
+
+def _holds_jobs(store: RedisJobStore, worker_id: str) -> bool:
+    """Whether the worker holds a claimed job (its lock tokens are "<worker id>:<n>")."""
+    ids = store.client.zrange(store.keys.active, 0, 499)
+    pipe = store.client.pipeline(transaction=False)
+    for job_id in ids:
+        pipe.hget(store.keys.job(job_id), "lock_token")
+    return any(token and token.startswith(f"{worker_id}:") for token in pipe.execute())
 
 
 def _surviving(store: RedisJobStore, ids: list[str]) -> dict[str, dict[str, str]]:
@@ -207,6 +221,7 @@ def run_hash_loss(
     workers: list[WorkerProc] = []
     started = time.monotonic()
     killed: WorkerProc | None = None
+    victim: WorkerProc | None = None
     crashed: list[str] = []
     finished_at: float | None = None
     try:
@@ -234,11 +249,15 @@ def run_hash_loss(
                     f"counts {store.counts()}"
                 )
                 break
+            # Half-way, and only once the victim holds jobs (on a slow machine a
+            # worker may still be starting then): its jobs must stall.
             if killed is None and now - started >= cfg.spread_s / 2:
-                killed = rng.choice(workers)
-                os.kill(killed.pid, signal.SIGKILL)
-                killed.proc.wait(10)
-                log(f"hash-loss: SIGKILLed worker pid {killed.pid}")
+                victim = victim or rng.choice(workers)
+                if _holds_jobs(store, _worker_id(victim.index)):
+                    killed = victim
+                    os.kill(killed.pid, signal.SIGKILL)
+                    killed.proc.wait(10)
+                    log(f"hash-loss: SIGKILLed worker pid {killed.pid}")
             for w in workers:
                 if w is not killed and not w.reported and w.proc.poll() is not None:
                     w.reported = True
