@@ -6,10 +6,10 @@
 with a short lock, 1.5 s, and a stall sweep every 0.5 s) drain ``--jobs`` jobs (a tenth of
 them delayed by up to 2 s, priorities mixed) while a separate *deleter* process removes
 random job hashes -- about ``--loss`` of them, in every state, only the hash, as eviction or
-a careless ``DEL`` would -- leaving their ids in the sorted sets.  Half-way through, the
-driver SIGKILLs one worker, so its held jobs stall and must be recovered by the others
-(after hashes were already deleted under the active set: the case that used to poison
-stalled recovery for the whole store).
+a careless ``DEL`` would -- leaving their ids in the sorted sets.  Half-way through (once
+it holds claimed jobs), the driver SIGKILLs one worker, so its held jobs stall and must be
+recovered by the others (after hashes were already deleted under the active set: the case
+that used to poison stalled recovery for the whole store).
 
 Checks: no worker exits on its own, and the survivors stop cleanly on SIGTERM; every job
 whose hash survived is completed, with exactly one terminal entry in its ledger; then
