@@ -20,8 +20,8 @@ local acc = new_acc()
 -- Every row shares the score "now" in the all-jobs set and the indexes, so
 -- rows whose ids ascend as bytes arrive in the sets' order.  Auto ids do:
 -- 'j-<first + i>' in item order, as long as the ordinals keep one number of
--- digits (across a power of ten, 'j-1000' sorts before 'j-999').  Any other
--- id, or an auto id given up, leaves the order to the sort.
+-- digits (across a power of ten, 'j-1000' sorts before 'j-999').  An explicit
+-- or generated id in the batch leaves the order to the sort.
 acc.in_order = #fmt(first + 1) == #fmt(first + n)
 local r
 -- Set once an explicit id of the store's own "j-<n>" shape is inserted: it may
