@@ -346,10 +346,11 @@ def bounded_index_status(job_store: Any) -> list[IndexSummary]:
     ``store.index_admin.index_status`` finds index zsets with SCAN, which reads every
     key of the database (millions of rows: seconds).  A page cannot afford that, so
     here the zsets are looked up by name: ``byname:<n>`` for every job name the store
-    knows and ``byqueue:<q>`` for every queue, each size one HGET in one pipeline.
+    knows and ``byqueue:<q>`` for every queue, their sizes read in one round trip.
     Zsets of names the store no longer lists are not counted; the SCAN-based
     ``reclaim_indexes --dry-run`` gives the exhaustive figure.
     """
+    from store.chunks import sizes
     from store.redis_store import redis_errors
 
     names = job_store.job_names()
@@ -358,13 +359,11 @@ def bounded_index_status(job_store: Any) -> list[IndexSummary]:
         pipe = job_store.client.pipeline(transaction=False)
         pipe.get(job_store.keys.index_ready("name"))
         pipe.get(job_store.keys.index_ready("queue"))
-        # The indexes are chunked sets: their sizes are kept in one hash (store/chunks.py).
-        for name in names:
-            pipe.hget(job_store.keys.index_counts, job_store.keys.byname(name))
-        for queue in queues:
-            pipe.hget(job_store.keys.index_counts, job_store.keys.byqueue(queue))
         replies = pipe.execute()
-    replies[2:] = [int(v or 0) for v in replies[2:]]
+        # The indexes are chunked sets: their sizes are kept in one hash (store/chunks.py).
+        directories = [job_store.keys.byname(n) for n in names]
+        directories += [job_store.keys.byqueue(q) for q in queues]
+        replies += sizes(job_store.client, job_store.keys, directories)
     markers = {"name": replies[0], "queue": replies[1]}
     cards = {"name": replies[2 : 2 + len(names)], "queue": replies[2 + len(names) :]}
     known = {"name": len(names), "queue": len(queues)}

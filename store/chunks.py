@@ -3,15 +3,19 @@
 A sorted set of more than ``zset-max-listpack-entries`` members (128 by default) is a
 skiplist, about 110 bytes a member; a listpack about 25.  The all-jobs set ``all`` and the
 optional ``byname:<name>`` / ``byqueue:<queue>`` indexes hold every job, so they are kept
-in chunks of at most 128 members that stay listpacks (``lua/lib/02b_chunks.lua`` has the
-algorithm):
+in chunks of at most 64 members (half the listpack limit: cheaper to fill) that stay
+listpacks (``lua/lib/02b_chunks.lua`` has the algorithm):
 
 * ``<index key>`` is the directory: one entry per chunk, member ``<lower bound id> NUL
   <chunk number>``, scored by the lower bound's score;
 * ``<index key> NUL <number>`` is a chunk;
-* ``{prefix}:ixcount`` (hash) holds each set's size (field: the directory key) and the
-  set's last chunk as a cache for appends (fields ``<directory> NUL n|c|b|i``: its number,
-  size, bound score and id), ``{prefix}:ixseq`` draws chunk numbers.
+* ``{prefix}:ixcount`` (hash) holds the number of members in each set's chunks (field:
+  the directory key), ``{prefix}:ixseq`` draws chunk numbers;
+* ``{prefix}:ixpend`` (list) is the head shared by the store's sets: the rows single
+  inserts appended (score, id, index flags, queue, name: five items a row) that no chunk
+  holds yet.  A single insert is one RPUSH there instead of one listpack insert per set;
+  the insert that brings it to 128 rows moves them into the chunks in one sorted batch, and
+  every script that reads or changes the chunks does so first.
 
 Members keep the order of one sorted set ((enqueued_at, id), ids as bytes); every read
 and write is one script call of O(log chunks + 128).
@@ -24,9 +28,14 @@ from typing import Any
 
 from store.keys import NUL, StoreKeys
 
-#: Members a chunk holds at most (the server default of zset-max-listpack-entries).
-CHUNK_CAPACITY = 128
-#: The fields (after ``<directory> NUL``) of a set's remembered last chunk in ixcount.
+#: Members a chunk holds at most (CZ_CAP; zset-max-listpack-entries is 128 by default).
+#: Layout 3 filled chunks to 128: those are split when they next take a member.
+CHUNK_CAPACITY = 64
+#: Rows the head holds at most (CZ_HEAD_ROWS in lua/lib/02b_chunks.lua), five items each.
+HEAD_ROWS = 128
+HEAD_ROW_ITEMS = 5
+#: The fields (after ``<directory> NUL``) layout 3 kept in ixcount as a cache of each
+#: set's last chunk; layout 4 has none (store/layout.py drops them).
 TAIL_FIELDS = ("n", "c", "b", "i")
 #: Members one chunk_page call returns at most.
 PAGE = 500
@@ -89,8 +98,24 @@ def iter_members(
 
 
 def sizes(client: Any, keys: StoreKeys, directories: list[str]) -> list[int]:
-    """The member counts of chunked sets (one HMGET)."""
+    """The member counts of chunked sets: their chunks' (one HMGET) plus their rows in the
+    head (at most 128 rows, read in the same round trip).  Reads only."""
     if not directories:
         return []
-    raw = client.hmget(keys.index_counts, directories)
-    return [int(v or 0) for v in raw]
+    pipe = client.pipeline(transaction=False)
+    pipe.hmget(keys.index_counts, directories)
+    pipe.lrange(keys.index_pending, 0, -1)
+    raw, head = pipe.execute()
+    counts = [int(v or 0) for v in raw]
+    wanted = {d: i for i, d in enumerate(directories)}
+    for at in range(0, len(head) - HEAD_ROW_ITEMS + 1, HEAD_ROW_ITEMS):
+        idx, queue, name = head[at + 2], head[at + 3], head[at + 4]
+        for directory in (
+            keys.all,
+            keys.byname(name) if idx[:1] == "1" else None,
+            keys.byqueue(queue) if idx[1:2] == "1" else None,
+        ):
+            i = wanted.get(directory) if directory else None
+            if i is not None:
+                counts[i] += 1
+    return counts

@@ -107,6 +107,10 @@ def ready_marker(store: RedisJobStore, kind: str) -> int | None:
 def index_status(store: RedisJobStore) -> list[IndexStatus]:
     """Per kind: configuration, marker, number of zsets and members, and warnings."""
     out: list[IndexStatus] = []
+    # Rows still in the chunked sets' head go into their chunks first, to be counted there
+    # (and a set that so far has rows only in the head, found).
+    with _errors("index status"):
+        store._run("fold_head")
     for kind in INDEX_KINDS:
         with _errors("index status"):
             raw = store.client.get(store.keys.index_ready(kind))
@@ -182,6 +186,11 @@ def reclaim_index(
             f"disable indexes.{kind} in every store of prefix {store.prefix!r} first, "
             "or force it"
         )
+    if not dry_run:
+        # Rows still in the chunked sets' head, flagged for this index, go into its sets
+        # now, to be deleted with them (store/chunks.py).
+        with _errors("reclaim index"):
+            store._run("fold_head")
     keys = members = size = sets = 0
     stopped = False
     scanned = (

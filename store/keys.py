@@ -52,9 +52,11 @@ class StoreKeys:
         self.check_last = f"{tag}:check:last"
         #: The data layout version of the store's job hashes (store/layout.py).
         self.layout = f"{tag}:layout"
-        #: The chunked sets' chunk-number counter and their sizes (store/chunks.py).
+        #: The chunked sets' chunk-number counter, their chunks' sizes and their head (rows
+        #: single inserts appended that no chunk holds yet; store/chunks.py).
         self.index_seq = f"{tag}:ixseq"
         self.index_counts = f"{tag}:ixcount"
+        self.index_pending = f"{tag}:ixpend"
 
     def migrating(self, key: str) -> str:
         """Where ``migrate_set`` keeps the rest of the plain set ``key`` (a key of this

@@ -19,6 +19,13 @@ Layout 3 keeps the job hashes of layout 2 and stores the sets that list every jo
 all-jobs set ``all`` and the name/queue list indexes -- as chunked sets of listpack chunks
 (store/chunks.py) instead of one sorted set each (a skiplist past 128 members).
 
+Layout 4 adds the chunked sets' head (``ixpend``, store/chunks.py): a single insert
+appends its row there, one RPUSH, and the rows move into the chunks 128 at a time.  A
+layout-3 store is a layout-4 store with an empty head, so it is served as it is: the first
+process of this version to start on it stamps 4 (a version that knows only layout 3 then
+refuses to start, as it would not see the head's rows) and drops layout 3's cache of each
+set's last chunk from ``ixcount`` (HSCAN pages of 500).
+
 The marker lives at ``{prefix}:layout``.  A store without it is new (stamped with the
 current layout) or was written by layout 1 (it holds jobs); a store of layout 1 or 2 does
 not start: ``manage.py migrate_store`` converts it in atomic calls of at most 500 jobs (stop
@@ -35,7 +42,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from store.errors import StoreFailure
-from store.keys import StoreKeys
+from store.keys import NUL, StoreKeys
 from store.redis_store import redis_errors
 from store.scripts import ScriptRegistry
 
@@ -45,9 +52,11 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 #: The layout this version writes and serves.
-LAYOUT = 3
+LAYOUT = 4
 #: Layouts ``migrate`` converts to ``LAYOUT``.
 MIGRATABLE = frozenset({1, 2})
+#: Layouts served as they are: stamped ``LAYOUT`` at start (see above).
+STAMPED = frozenset({3})
 #: The most ids one migration call rewrites (and the ZSCAN COUNT hint).
 BATCH = 500
 
@@ -95,6 +104,9 @@ def check_layout(store: RedisJobStore) -> int:
         with redis_errors("check_layout"):
             store.client.set(layout_key(store.keys), str(LAYOUT), nx=True)
         layout = _read(store.client, store.keys)
+    if layout in STAMPED:
+        _stamp(store.client, store.keys, layout)
+        layout = _read(store.client, store.keys)
     if layout in MIGRATABLE:
         raise UnknownLayoutError(
             f"store {store.prefix!r} holds data of layout {layout}, written by an older "
@@ -109,6 +121,25 @@ def check_layout(store: RedisJobStore) -> int:
             "is not started: run the version that wrote it"
         )
     return layout
+
+
+def _stamp(client: Any, keys: StoreKeys, layout: int) -> None:
+    """Serve a ``STAMPED`` layout: drop layout 3's tail cache fields, then stamp the marker
+    (unless another process changed it meanwhile).  Both steps are idempotent."""
+    from store.chunks import TAIL_FIELDS
+
+    suffixes = tuple(NUL + w for w in TAIL_FIELDS)
+    with redis_errors("check_layout"):
+        cursor = 0
+        while True:
+            cursor, page = client.hscan(keys.index_counts, cursor, match=f"*{NUL}?", count=BATCH)
+            stale = [f for f in page if f.endswith(suffixes)]
+            if stale:
+                client.hdel(keys.index_counts, *stale)
+            if not cursor:
+                break
+        if client.get(layout_key(keys)) == str(layout):
+            client.set(layout_key(keys), str(LAYOUT))
 
 
 @dataclass
@@ -177,7 +208,7 @@ def migrate(
     batch = max(1, min(int(batch), BATCH))
     result = MigrationResult(layout_before=_read(client, keys))
     before = result.layout_before
-    if before is not None and before != LAYOUT and before not in MIGRATABLE:
+    if before is not None and before != LAYOUT and before not in MIGRATABLE | STAMPED:
         raise UnknownLayoutError(
             f"store {prefix!r} uses data layout {before}, which this version does not know "
             f"(`{MIGRATE_HINT}` converts layouts 1 and 2 to {LAYOUT}); nothing was changed"
@@ -195,6 +226,8 @@ def migrate(
                 run.sets()
         finally:
             run.scripts.close()
+    if before in STAMPED:
+        _stamp(client, keys, before)
     if not result.stopped:
         with redis_errors("migrate_store"):
             client.set(layout_key(keys), str(LAYOUT))

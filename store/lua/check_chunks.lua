@@ -16,6 +16,8 @@
 --   'size'    ARGV[5] the size mqcheck read, ARGV[6] the members it counted:
 --             compare-and-set of the size counter.  Reply: {{}, 1 | 0}.
 -- problems: flat (kind, subject, detail) triples of kind 'index_chunk'.
+-- Rows single inserts left in the chunked sets' head join their chunks first.
+cz_fold()
 local repair = ARGV[1] == '1'
 local kind, arg, what = ARGV[2], ARGV[3], ARGV[4]
 local dir = cz_set_key(kind, arg)
@@ -33,9 +35,6 @@ if what == 'size' then
   redis.call('HSET', B .. ':ixcount', dir, ARGV[6])
   return { out, 1 }
 end
-
--- Repairs change the directory or the chunks: the remembered last chunk goes.
-if repair then cz_forget_tail(dir) end
 
 if what == 'entries' then
   local members = 0

@@ -18,6 +18,8 @@
 --   stray_lock               lock fields on a job that is not active (repair:
 --                            the lock fields are deleted)
 -- Each page is one atomic call, so a row is never judged half-written.
+-- Rows single inserts left in the chunked sets' head join their chunks first.
+cz_fold()
 local now = tonumber(ARGV[1])
 local repair = ARGV[2] == '1'
 local idx = ARGV[3]

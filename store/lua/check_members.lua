@@ -20,6 +20,8 @@
 --                     (repair: removed)
 -- counters: the counter fields the repair decremented (mqcheck's bookkeeping).
 -- Remnant hashes (identifying fields lost) are check_jobs' to report.
+-- Rows single inserts left in the chunked sets' head join their chunks first.
+cz_fold()
 local repair = ARGV[1] == '1'
 local kind, a, b = ARGV[2], ARGV[3], ARGV[4]
 local key, chunked

@@ -13,6 +13,8 @@
 -- many calls is not thrown off by chunks split or merged between them: each
 -- member present for the whole walk is returned once.  At most one chunk per
 -- member returned, plus one, is read.
+-- Rows single inserts left in the chunked sets' head join their chunks first.
+cz_fold()
 local kind, arg = ARGV[1], ARGV[2]
 local dir = cz_set_key(kind, arg)
 local has_cursor = ARGV[3] == '1'

@@ -6,6 +6,8 @@
 -- Reply: the number of rows indexed (ids whose row is gone, or lacks its
 -- name, queue or enqueued_at, are skipped).
 -- Idempotent adds scored by enqueued_at, so re-visits are harmless.
+-- Rows single inserts left in the chunked sets' head join their chunks first.
+cz_fold()
 local kind = ARGV[1]
 local indexed = 0
 for i = 2, #ARGV do

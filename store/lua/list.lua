@@ -18,6 +18,8 @@
 -- last row); truncated = '1' when the scan budget ran out first (seen_* name
 -- the last row examined, from where the caller continues).  Order is (score, id) with ids compared as
 -- bytes, both descending or both ascending, exactly the zset's own order.
+-- Rows single inserts left in the chunked sets' head join their chunks first.
+cz_fold()
 local desc = ARGV[1] == 'desc'
 local limit = tonumber(ARGV[2])
 local budget = tonumber(ARGV[3])
@@ -37,7 +39,6 @@ local f_meta = {}
 for i = 1, m do f_meta[ARGV[10 + n + 2 * i]] = ARGV[11 + n + 2 * i] end
 local strip = tonumber(ARGV[12 + n + 2 * m] or '') or 0
 local chunked = ARGV[13 + n + 2 * m] == '1'
-local bytes_lt = cz_lt
 
 -- before(a, b): a comes first in the requested order.
 local function before(sa, ia, sb, ib)
@@ -45,8 +46,8 @@ local function before(sa, ia, sb, ib)
     if desc then return sa > sb end
     return sa < sb
   end
-  if desc then return bytes_lt(ib, ia) end
-  return bytes_lt(ia, ib)
+  if desc then return cz_lt(ib, ia) end
+  return cz_lt(ia, ib)
 end
 
 local function fetch(key, from, to)
@@ -70,7 +71,7 @@ local function start_rank(key)
     local mid = math.floor((lo + hi) / 2)
     local member = fetch(key, mid, mid)[1]
     local after
-    if desc then after = bytes_lt(member, c_id) else after = bytes_lt(c_id, member) end
+    if desc then after = cz_lt(member, c_id) else after = cz_lt(c_id, member) end
     if after then hi = mid else lo = mid + 1 end
   end
   return lo

@@ -14,6 +14,8 @@
 -- chunked set.  A set that is already a directory (its members name chunks:
 -- they hold a NUL, which no job id does) or does not exist is left alone, so
 -- a stopped run is simply started again.
+-- Rows single inserts left in the chunked sets' head join their chunks first.
+cz_fold()
 local kind, arg = ARGV[1], ARGV[2]
 local dir = cz_set_key(kind, arg)
 local n = math.max(1, math.min(tonumber(ARGV[3]) or 500, 500))

@@ -225,7 +225,7 @@ def test_each_page_costs_the_same_commands_at_100_and_at_10000_jobs(
     report = "\n".join(f"{label}: {sum(small[label].values())} commands" for label in urls)
     for label in urls:
         small_counts, large_counts = dict(small[label]), dict(large[label])
-        # The all-jobs set and the indexes are read a chunk (<= 128 members) at a time
+        # The all-jobs set and the indexes are read a chunk (<= 64 members) at a time
         # (store/chunks.py): a page may straddle one chunk boundary more or less, one
         # directory read and one chunk read -- never more, whatever the store's size.
         for command in ("zrange", "zrevrange"):

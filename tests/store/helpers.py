@@ -11,6 +11,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from store import Claimed, Empty, EnqueueRequest, JobRecord, RedisJobStore
+from store.chunks import CHUNK_CAPACITY, sizes
+from store.keys import StoreKeys
 
 ALL_STATE_NAMES = (
     "waiting",
@@ -213,8 +215,34 @@ def extra_prefix(client: Any) -> Iterator[str]:
 # ------------------------------------------------------------------ chunked sets
 
 
+def fold_head(store: RedisJobStore) -> None:
+    """Move the rows in the chunked sets' head into their chunks (what every script that
+    reads the chunks does first), for a test that reaches into the chunks directly."""
+    store._run("fold_head")
+
+
+def head_members(client: Any, directory: str) -> dict[str, float]:
+    """The rows of the store's chunked-set head (``ixpend``: score, id, flags, queue, name)
+    that belong to the chunked set ``directory``, with their scores."""
+    keys = StoreKeys(directory[1 : directory.index("}")])
+    head = client.lrange(keys.index_pending, 0, -1)
+    assert len(head) % 5 == 0 and len(head) < 5 * 128, len(head)
+    found: dict[str, float] = {}
+    for at in range(0, len(head), 5):
+        score, job_id, flags, queue, name = head[at : at + 5]
+        targets = {keys.all}
+        if flags[:1] == "1":
+            targets.add(keys.byname(name))
+        if flags[1:2] == "1":
+            targets.add(keys.byqueue(queue))
+        if directory in targets:
+            found[job_id] = float(score)
+    return found
+
+
 def chunked_members(client: Any, directory: str) -> dict[str, float]:
-    """Every member of a chunked set (``all``, an index) with its score, read key by key.
+    """Every member of a chunked set (``all``, an index) with its score, read key by key:
+    its chunks' members and its rows in the head.
 
     Reads the layout directly (not through the store's scripts), so tests see what is
     stored.  For test-sized sets only."""
@@ -224,14 +252,19 @@ def chunked_members(client: Any, directory: str) -> dict[str, float]:
         for member, score in client.zrange(f"{directory}\0{number}", 0, -1, withscores=True):
             assert member not in members, f"{member} is in two chunks of {directory}"
             members[member] = score
+    for member, score in head_members(client, directory).items():
+        assert member not in members, f"{member} is in a chunk of {directory} and in the head"
+        members[member] = score
     return members
 
 
 def assert_chunked_set(client: Any, directory: str, counts_key: str) -> dict[str, float]:
-    """Check the invariants of a chunked set; returns its members.
+    """Check the invariants of a chunked set; returns its members (chunks and head).
 
-    Each chunk holds 1..128 members, is a listpack, its lower bound is its first member,
-    and its members sort before the next chunk's; the size in ``counts_key`` is exact."""
+    Each chunk holds 1..CHUNK_CAPACITY (64) members, is a listpack, its lower bound is its first member,
+    and its members sort before the next chunk's; the head (the store's ``ixpend`` list)
+    holds fewer than 128 rows, none of them in a chunk; the size in ``counts_key`` is
+    exactly the chunks' members, and ``chunks.sizes`` adds the head's rows."""
     entries = client.zrange(directory, 0, -1, withscores=True)
     bounds = [
         ((score, entry.rsplit("\0", 1)[0].encode()), entry.rsplit("\0", 1)[1])
@@ -242,7 +275,7 @@ def assert_chunked_set(client: Any, directory: str, counts_key: str) -> dict[str
     for i, (bound, number) in enumerate(bounds):
         key = f"{directory}\0{number}"
         flat = client.zrange(key, 0, -1, withscores=True)
-        assert 1 <= len(flat) <= 128, (key, len(flat))
+        assert 1 <= len(flat) <= CHUNK_CAPACITY, (key, len(flat))
         assert client.object("encoding", key) in ("listpack", "ziplist"), key  # 7 | 6.2
         upper = bounds[i + 1][0] if i + 1 < len(bounds) else None
         assert (flat[0][1], flat[0][0].encode()) == bound, (key, flat[0], bound)
@@ -251,16 +284,14 @@ def assert_chunked_set(client: Any, directory: str, counts_key: str) -> dict[str
             assert upper is None or at < upper, (key, member, upper)
             members[member] = score
     assert int(client.hget(counts_key, directory) or 0) == len(members), directory
-    # The remembered last chunk (a cache for appends), when present, must be the last
-    # chunk, with a size not below its own and its bound.
-    n, card, score, bound = client.hmget(
-        counts_key, [f"{directory}\0{w}" for w in ("n", "c", "b", "i")]
-    )
-    if n is not None:
-        assert bounds, (directory, "a remembered last chunk of an empty set")
-        assert n == bounds[-1][1], (directory, n, bounds[-1])
-        assert int(card) >= client.zcard(f"{directory}\0{n}"), (directory, card)
-        assert (float(score), bound.encode()) == bounds[-1][0], (directory, score, bound)
+    # Layout 3's cache of the last chunk is gone.
+    tail_cache = [f"{directory}\0{w}" for w in ("n", "c", "b", "i")]
+    assert client.hmget(counts_key, tail_cache) == [None] * 4, directory
+    for member, score in head_members(client, directory).items():
+        assert member not in members, (directory, member, "in a chunk and in the head")
+        members[member] = score
+    keys = StoreKeys(directory[1 : directory.index("}")])
+    assert sizes(client, keys, [directory]) == [len(members)], directory
     return members
 
 

@@ -22,7 +22,7 @@ from store import (
     StoreDefect,
     StoreFailure,
 )
-from tests.store.helpers import claim_id, counts_of, req, store_keys
+from tests.store.helpers import claim_id, counts_of, fold_head, req, store_keys
 
 NON_JSON_PAYLOADS = [
     ("object", object()),
@@ -209,6 +209,7 @@ def test_non_utf8_data_written_by_a_foreign_client_is_a_store_error_at_boot(
         **{**redis_client.connection_pool.connection_kwargs, "decode_responses": False}
     )
     store.enqueue(EnqueueRequest(name="A"))
+    fold_head(store)
     try:
         # Into the chunk of the all-jobs set that holds the job (store/chunks.py).
         chunk = store.keys.chunk(

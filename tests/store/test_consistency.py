@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from store import Claimed, Complete
+from store.chunks import CHUNK_CAPACITY
 from store.consistency import KINDS, PAGE, check_store, last_check
 from store.records import DedupePolicy
 from tests.flows.helpers import fanout_parent
@@ -15,6 +16,7 @@ from tests.store.helpers import (
     chunked_members,
     chunked_remove,
     claim_job,
+    fold_head,
     req,
 )
 
@@ -108,6 +110,7 @@ def test_missing_state_set_membership_is_restored(store):
 
 def test_missing_from_all_and_index(store):
     job_id = store.enqueue(req()).id
+    fold_head(store)  # the row is in the chunks, to be damaged there
     chunked_remove(store.client, store.keys.all, job_id)
     chunked_remove(store.client, store.keys.byname("TestJob"), job_id)
     chunked_remove(store.client, store.keys.byqueue("default"), job_id)
@@ -135,6 +138,7 @@ def test_chunk_damage_is_found_and_repaired(store, clock):
     for i in range(300):
         ids.append(store.enqueue(req(payload={"n": i})).id)
         clock.advance(1)
+    fold_head(store)  # every row in the chunks, to be damaged there
     keys = store.keys
     entries = store.client.zrange(keys.all, 0, -1)
     assert len(entries) >= 3
@@ -155,7 +159,7 @@ def test_chunk_damage_is_found_and_repaired(store, clock):
     assert report.found["index_count"] == 1
     # The stray chunk's members cannot be reached from the directory either.
     stray = set(store.client.zrange(keys.chunk(keys.all, entries[0].split("\0")[1]), 0, -1))
-    assert report.found["missing_from_all"] == len(lost_ids) + len(stray) == 256
+    assert report.found["missing_from_all"] == len(lost_ids) + len(stray) == 2 * CHUNK_CAPACITY
     fixed = check_store(store, repair=True)
     assert fixed.unrepaired == 0, fixed.samples
     assert check_store(store).found == {}

@@ -24,7 +24,7 @@ from store import (
     JobStoreError,
     RedisJobStore,
 )
-from store.chunks import split_chunk_key
+from store.chunks import CHUNK_CAPACITY, split_chunk_key
 from store.index_admin import (
     IndexStatus,
     ReclaimResult,
@@ -137,12 +137,12 @@ def test_a_tail_heal_over_full_chunks_splits_none_of_them(make_store, redis_clie
     """Re-adding members a set already holds (every boot heals the last 60 s) leaves its
     chunks as they were: a full chunk is split only for a member that is new to it."""
     writer = make_store()
-    writer.enqueue_many([req(payload={"i": i}) for i in range(4 * 128)])
+    writer.enqueue_many([req(payload={"i": i}) for i in range(4 * CHUNK_CAPACITY)])
     directories = [writer.keys.all, writer.keys.byname("TestJob"), writer.keys.byqueue("default")]
     before = {d: redis_client.zrange(d, 0, -1, withscores=True) for d in directories}
     assert all(len(entries) == 4 for entries in before.values())  # four full chunks each
     clock.advance(1_000)
-    make_store()  # boot: the tail heal re-indexes all 512 rows
+    make_store()  # boot: the tail heal re-indexes all 256 rows
     assert {d: redis_client.zrange(d, 0, -1, withscores=True) for d in directories} == before
     for directory in directories:
         assert_chunked_set(redis_client, directory, writer.keys.index_counts)

@@ -19,7 +19,7 @@ from bench.common import payload
 from store import MISSING, Complete, Fail, ParentEnvelope, RedisJobStore, Retry
 from store.codec import LONG_FIELDS, PIECE_CODES, join_pieces
 from store.layout import LAYOUT, UnknownLayoutError, layout_key, migrate, read_layout
-from tests.store.helpers import assert_chunked_set, chunked_members, claim_id, req
+from tests.store.helpers import assert_chunked_set, chunked_members, claim_id, fold_head, req
 
 #: The benches' payload (bench/common.py ``payload``; ~72 bytes of JSON, 80 for job 12345).
 PAYLOAD_72 = {"user_id": 12345, "action": "send_email", "to": "user12345@example.com", "attempt": 1}
@@ -214,6 +214,7 @@ def to_layout_2(client: Any, store: RedisJobStore) -> int:
     """Rewrite the sets of ``store`` as layout 2 wrote them: ``all`` and every index one
     plain sorted set (ids scored by enqueued_at), no chunk keys and no size hash; the
     marker says 2.  Returns the number of sets rewritten."""
+    fold_head(store)  # layout 2 had no head: every row goes to its sets
     dirs = chunked_sets(client, store)
     for directory in dirs:
         members = chunked_members(client, directory)
@@ -221,7 +222,7 @@ def to_layout_2(client: Any, store: RedisJobStore) -> int:
         client.delete(directory, *chunks)  # one slot: a multi-key DEL works on a cluster too
         if members:
             client.zadd(directory, members)
-    client.delete(store.keys.index_counts, store.keys.index_seq)
+    client.delete(store.keys.index_counts, store.keys.index_seq, store.keys.index_pending)
     client.set(layout_key(store.keys), "2")
     return len(dirs)
 

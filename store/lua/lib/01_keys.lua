@@ -7,7 +7,7 @@
 -- library, lives across calls).
 local NUL = '\0'
 local B
-local K_SEQ, K_ALL, K_ACTIVE, K_COUNTS, K_PAUSED, K_DEDUPE_WINDOWS, K_DEDUPE_PENDING, K_KEEPAGE, K_WAKE, K_OUTBOX, K_OUTBOX_SEQ, K_FLOW_OWES, K_STATS, K_SCHEDULES, K_QNAMES, K_FLOW_PENDING, K_FLOW_CASCADE, K_FLOW_GC
+local K_SEQ, K_ALL, K_ACTIVE, K_COUNTS, K_PAUSED, K_DEDUPE_WINDOWS, K_DEDUPE_PENDING, K_KEEPAGE, K_WAKE, K_OUTBOX, K_OUTBOX_SEQ, K_FLOW_OWES, K_STATS, K_SCHEDULES, K_QNAMES, K_FLOW_PENDING, K_FLOW_CASCADE, K_FLOW_GC, K_IXPEND
 
 local function bind(tag)
   -- A Function library keeps its state between calls: rebinding the same store is a no-op.
@@ -31,6 +31,7 @@ local function bind(tag)
   K_FLOW_PENDING = B .. ':flow:pending'
   K_FLOW_CASCADE = B .. ':flow:cascade'
   K_FLOW_GC = B .. ':flow:gc'
+  K_IXPEND = B .. ':ixpend'
 end
 
 local function k_job(id) return B .. ':job:' .. id end

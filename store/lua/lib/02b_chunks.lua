@@ -13,7 +13,15 @@
 --   chunk      <index key> NUL <number>    sorted set of <= CZ_CAP members,
 --              all >= its lower bound and < the next chunk's.
 --   <tag>:ixseq     counter drawing chunk numbers (store-wide)
---   <tag>:ixcount   hash: index key -> members (the index's O(1) size)
+--   <tag>:ixcount   hash: index key -> members in its chunks
+--   <tag>:ixpend    list: the head, rows a single insert appended and no
+--                   chunk holds yet (insert_job, cz_fold), 5 items a row
+--
+-- A set's members are those of its chunks and its rows in the head; its size
+-- is its ixcount field plus those rows.  The head holds fewer than
+-- 128 rows: the insert that fills it moves them into the chunks.
+-- Every script that reads or changes the chunks folds the head first
+-- (cz_fold: once per call), so only the insert itself ever sees it.
 --
 -- Every operation reads and writes O(log chunks + CZ_CAP): the chunk that
 -- holds (score, id) is found by a binary search of the directory.  A chunk
@@ -21,8 +29,16 @@
 -- does not convert back): a full chunk is split before an insert, or, for an
 -- append past the last member, a new chunk is opened.  Removals drop an empty
 -- chunk and merge a sparse one (< CZ_MIN) into a neighbour when both fit.
--- Mirrors store/chunks.py.
-local CZ_CAP, CZ_MIN = 128, 32
+-- Mirrors store/chunks.py.  CZ_CAP is half the listpack limit: a listpack
+-- ZADD costs ~1 us a member for a chunk this size, and filling 64-member
+-- chunks took 7 % less Redis time per bulk-enqueued job than 128-member ones
+-- for 1 % more memory (bench/README.md).  Chunks written by layout 3 (up to
+-- 128 members) are still within the limit and are split at CZ_CAP.
+local CZ_CAP, CZ_MIN = 64, 16
+-- Whether this call folded the head already (reset by begin_call; cz_fold is
+-- declared here, defined below with its helpers).  The head holds at most 128
+-- rows (insert_job folds it when a row makes 128).
+local CZ_FOLDED, cz_fold = false, nil
 
 -- Byte-wise string order (Lua's own < follows the server's locale).
 local function cz_lt(a, b)
@@ -74,16 +90,6 @@ local function cz_count(dir, n)
   if n ~= 0 then redis.call('HINCRBY', B .. ':ixcount', dir, n) end
 end
 
--- The last chunk of a set is remembered in the same hash, so that appending
--- a row of "now" (every single enqueue: cz_append_row) reads no directory:
--- '<dir> NUL n' its number, '<dir> NUL c' its size (never below the truth),
--- '<dir> NUL b' and '<dir> NUL i' its lower bound (score, id).  A cache:
--- every other change of the set forgets it (cz_forget_tail) and the next
--- append learns it again.
-local function cz_forget_tail(dir)
-  redis.call('HDEL', B .. ':ixcount', dir .. NUL .. 'n', dir .. NUL .. 'c', dir .. NUL .. 'b', dir .. NUL .. 'i')
-end
-
 -- Open a chunk whose lower bound is (s, id): its directory entry; the chunk
 -- key exists once a member is added.  Returns the chunk key.
 local function cz_open(dir, s, id)
@@ -97,6 +103,7 @@ end
 -- needed), or nil when (score, id) sorts before every lower bound (or the
 -- directory is empty).  sn is the score as a number, s as Redis takes it.
 local function cz_locate(dir, sn, s, id)
+  cz_fold()
   local last = redis.call('ZRANGE', dir, -1, -1, 'WITHSCORES')
   if #last == 0 then return nil end
   if not cz_before(sn, id, tonumber(last[2]), (cz_parse(last[1]))) then return last[1], nil end
@@ -137,7 +144,6 @@ end
 -- Returns 1 when the member is new, 0 when it was there (its score updated
 -- when it stays in the same chunk).
 local function cz_add(dir, s, id)
-  cz_forget_tail(dir)
   local sn = tonumber(s)
   local m, rank = cz_locate(dir, sn, s, id)
   local is_last = m and rank == nil
@@ -285,7 +291,7 @@ end
 -- those before the last member go in one by one.  Returns the members added.
 local function cz_add_sorted(dir, sorted)
   if #sorted == 0 then return 0 end
-  cz_forget_tail(dir)
+  cz_fold()
   local added, i = 0, 1
   -- No chunk yet: a card at the cap makes the first member open one.
   local ck, card = dir, CZ_CAP
@@ -324,44 +330,119 @@ local function cz_add_many(dir, flat, rank)
   return cz_add_sorted(dir, sorted), sorted
 end
 
--- Append one new row, id scored s (sn as a number: the enqueue's "now"), to
--- each chunked set of dirs (distinct).  Where the remembered last chunk has
--- room and its bound's score is below sn, the row belongs there: one ZADD,
--- and one HMGET and one HSET for all the sets.  Elsewhere (nothing
--- remembered, a full chunk, a tie with the bound) cz_add places it and the
--- last chunk is learnt again.
-local function cz_append_row(dirs, s, sn, id)
-  local fields = {}
-  for _, dir in ipairs(dirs) do
-    fields[#fields + 1] = dir .. NUL .. 'n'
-    fields[#fields + 1] = dir .. NUL .. 'c'
-    fields[#fields + 1] = dir .. NUL .. 'b'
-    fields[#fields + 1] = dir .. NUL .. 'i'
-    fields[#fields + 1] = dir
-  end
-  local v = redis.call('HMGET', B .. ':ixcount', unpack(fields))
-  local set = {}
-  for i, dir in ipairs(dirs) do
-    local o = (i - 1) * 5
-    local n, card, bound, bound_id = v[o + 1], tonumber(v[o + 2]), tonumber(v[o + 3]), v[o + 4]
-    if n and card and bound and bound_id and card < CZ_CAP and cz_before(bound, bound_id, sn, id) then
-      if redis.call('ZADD', cz_chunk(dir, n), s, id) == 1 then
-        set[#set + 1], set[#set + 2] = fields[o + 2], card + 1
-        set[#set + 1], set[#set + 2] = fields[o + 5], (tonumber(v[o + 5]) or 0) + 1
-      end
-    else
-      cz_add(dir, s, id)
-      local last = redis.call('ZRANGE', dir, -1, -1, 'WITHSCORES')
-      local lb, ln = cz_parse(last[1])
-      if ln ~= '' then
-        set[#set + 1], set[#set + 2] = fields[o + 1], ln
-        set[#set + 1], set[#set + 2] = fields[o + 2], redis.call('ZCARD', cz_chunk(dir, ln))
-        set[#set + 1], set[#set + 2] = fields[o + 3], last[2]
-        set[#set + 1], set[#set + 2] = fields[o + 4], lb
+-- Add rows to several chunked sets at once: sets[dir] = {score, id, ...} for
+-- each dir of order, sets[K_ALL] holding every row.  The rows are sorted once,
+-- for the all-jobs set (by Redis; not at all when in_order, or when they come
+-- in order); an index set that got every row (one name, one queue: the usual
+-- batch) takes that order as it is, one that got some ranks them by it.
+local function cz_add_rows(sets, order, in_order)
+  local every, sorted, rank, _ = sets[K_ALL], nil, nil, nil
+  if every then
+    if not in_order then
+      -- They may come in order all the same.
+      in_order = true
+      for i = 3, #every, 2 do
+        if not cz_before(tonumber(every[i - 2]), every[i - 1], tonumber(every[i]), every[i + 1]) then
+          in_order = false
+          break
+        end
       end
     end
+    if in_order then
+      sorted = cz_zadd_args(every)
+      cz_add_sorted(K_ALL, sorted)
+    else
+      _, sorted = cz_add_many(K_ALL, every)
+    end
   end
-  if #set > 0 then redis.call('HSET', B .. ':ixcount', unpack(set)) end
+  for _, dir in ipairs(order) do
+    local z = sets[dir]
+    if dir == K_ALL then
+      -- done above
+    elseif every and #z == #every then
+      cz_add_sorted(dir, sorted)
+    elseif in_order then
+      cz_add_sorted(dir, cz_zadd_args(z))
+    else
+      if not rank then
+        rank = {}
+        for i = 1, #sorted, 2 do rank[sorted[i]] = i end
+      end
+      cz_add_many(dir, z, rank)
+    end
+  end
+end
+
+-- Move the head's rows into the chunks (once per call: later calls return at
+-- once).  The head is deleted before anything is added: on a full server
+-- (noeviction) a script's first write must not grow memory.
+cz_fold = function()
+  if CZ_FOLDED then return end
+  CZ_FOLDED = true
+  local rows = redis.call('LRANGE', K_IXPEND, 0, -1)
+  if #rows == 0 then return end
+  redis.call('DEL', K_IXPEND)
+  -- A row: score, id, flags, queue, name.  flags: the index flags ('11': name and
+  -- queue indexes on), then 'a' for a store-assigned id ('j-' and its seq).
+  -- Whether the rows came in the sets' order is told on the way: for two
+  -- store-assigned ids of one length the seqs compare as the bytes do.
+  -- (Lengths are counted, not taken with #: a table's # is a search.)
+  local sets, lens, order, names, queues, kinds = {}, {}, {}, {}, {}, {}
+  local function put(dir, s, id)
+    local z, n = sets[dir], lens[dir]
+    if not z then
+      z, n = {}, 0
+      sets[dir] = z
+      order[#order + 1] = dir
+    end
+    z[n + 1], z[n + 2] = s, id
+    lens[dir] = n + 2
+  end
+  local asc, ps, pid, pnum = true, nil, nil, nil
+  for i = 1, #rows - 4, 5 do
+    local s, id, flags = rows[i], rows[i + 1], rows[i + 2]
+    local kind = kinds[flags]
+    if not kind then
+      kind = { string.byte(flags, 1) == 49, string.byte(flags, 2) == 49, string.byte(flags, 3) == 97 }
+      kinds[flags] = kind
+    end
+    local num = kind[3] and tonumber(string.sub(id, 3)) or nil
+    if asc and ps then
+      if s ~= ps then
+        local sn, psn = tonumber(s), tonumber(ps)
+        if sn < psn then
+          asc = false
+        elseif sn == psn then
+          asc = cz_lt(pid, id)
+        end
+      elseif num and pnum and #id == #pid then
+        asc = num > pnum
+      else
+        asc = cz_lt(pid, id)
+      end
+    end
+    ps, pid, pnum = s, id, num
+    put(K_ALL, s, id)
+    if kind[1] then
+      local name = rows[i + 4]
+      local key = names[name]
+      if not key then
+        key = k_byname(name)
+        names[name] = key
+      end
+      put(key, s, id)
+    end
+    if kind[2] then
+      local queue = rows[i + 3]
+      local key = queues[queue]
+      if not key then
+        key = k_byqueue(queue)
+        queues[queue] = key
+      end
+      put(key, s, id)
+    end
+  end
+  cz_add_rows(sets, order, asc)
 end
 
 -- A chunk's lower bound is its first member: when that member leaves, the
@@ -373,7 +454,6 @@ local function cz_rebound(dir, m, ck, id)
   if bound ~= id then return m end
   local head = redis.call('ZRANGE', ck, 0, 0, 'WITHSCORES')
   if #head == 0 then return m end
-  cz_forget_tail(dir)
   redis.call('ZREM', dir, m)
   m = head[1] .. NUL .. n
   redis.call('ZADD', dir, head[2], m)
@@ -386,7 +466,6 @@ end
 local function cz_settle(dir, m, ck, rank, id)
   local card = redis.call('ZCARD', ck)
   if card == 0 then
-    cz_forget_tail(dir)
     redis.call('ZREM', dir, m)
     return
   end
@@ -399,7 +478,6 @@ local function cz_settle(dir, m, ck, rank, id)
     local _, n2 = cz_parse(nxt)
     local ck2 = cz_chunk(dir, n2)
     if card + redis.call('ZCARD', ck2) <= CZ_CAP then
-      cz_forget_tail(dir)
       cz_move(ck2, ck)
       redis.call('ZREM', dir, nxt)
       return
@@ -410,7 +488,6 @@ local function cz_settle(dir, m, ck, rank, id)
     local _, n0 = cz_parse(prv)
     local ck0 = cz_chunk(dir, n0)
     if card + redis.call('ZCARD', ck0) <= CZ_CAP then
-      cz_forget_tail(dir)
       cz_move(ck, ck0)
       redis.call('ZREM', dir, m)
     end
@@ -455,7 +532,6 @@ local function cz_drop(dir, ck, id)
     cz_rebound(dir, m, ck, id)
     return false
   end
-  cz_forget_tail(dir)
   redis.call('ZREM', dir, m)
   return true
 end

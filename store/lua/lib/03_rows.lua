@@ -181,36 +181,9 @@ local function acc_zadd(acc, key, score, member)
 end
 
 local function flush_acc(acc)
-  -- Every row of the batch is in the all-jobs set: sorted once there (by Redis).
-  -- An index set that got every row (one name, one queue: the usual batch) takes
-  -- that order as it is; one that got some ranks them by it.
   -- acc.in_order: the caller knows the rows came in the sets' order (see
   -- enqueue_many), so no set needs sorting.
-  local every, sorted, rank, _ = acc.cz[K_ALL], nil, nil, nil
-  if every then
-    if acc.in_order then
-      sorted = cz_zadd_args(every)
-      cz_add_sorted(K_ALL, sorted)
-    else
-      _, sorted = cz_add_many(K_ALL, every)
-    end
-  end
-  for _, key in ipairs(acc.cz_order) do
-    local z = acc.cz[key]
-    if key == K_ALL then
-      -- done above
-    elseif #z == #every then
-      cz_add_sorted(key, sorted)
-    elseif acc.in_order then
-      cz_add_sorted(key, cz_zadd_args(z))
-    else
-      if not rank then
-        rank = {}
-        for i = 1, #sorted, 2 do rank[sorted[i]] = i end
-      end
-      cz_add_many(key, z, rank)
-    end
-  end
+  cz_add_rows(acc.cz, acc.cz_order, acc.in_order)
   for _, key in ipairs(acc.order) do
     local z = acc.zsets[key]
     for i = 1, #z, 1000 do
@@ -319,10 +292,13 @@ local function insert_job(id, r, dedupe_key, now, idx, seq, acc)
     wkey, score, member, field = rt.delayed, run_at_s, id, rt.delayed_field
   end
   if not acc then
-    local dirs = { K_ALL }
-    if string.byte(idx, 1) == 49 then dirs[#dirs + 1] = rt.byname end
-    if string.byte(idx, 2) == 49 then dirs[#dirs + 1] = rt.byqueue end
-    cz_append_row(dirs, now_s, now, id)
+    -- The chunked sets' row goes to their head (lib/02b_chunks.lua): score, id,
+    -- index flags and 'a' for a store-assigned id, queue, name.  The row that
+    -- makes 128 folds it; a later read in this call folds it again.
+    local flags = r.mode == 'auto' and string.sub(idx, 1, 2) .. 'a' or string.sub(idx, 1, 2)
+    local len = redis.call('RPUSH', K_IXPEND, now_s, id, flags, queue, name)
+    CZ_FOLDED = false
+    if len >= 640 then cz_fold() end
     redis.call('ZADD', wkey, score, member)
     redis.call('HINCRBY', K_COUNTS, field, 1)
     -- Which job names each queue has seen (the dashboard's filters, oldest-waiting lookups).

@@ -1,6 +1,8 @@
 -- Per-call set-up: bind the store's keys and forget the previous call's owed
--- work (a Function library's locals outlive a call; a script's do not).
+-- work and whether the chunked sets' head was folded (a Function library's
+-- locals outlive a call; a script's do not).
 local function begin_call(tag)
   bind(tag)
   OWED = {}
+  CZ_FOLDED = false
 end
