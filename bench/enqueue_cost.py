@@ -1,0 +1,132 @@
+"""Redis time per enqueued job: A/B of source trees on one private redis-server.
+
+    .venv/bin/python bench/enqueue_cost.py [--bulk] [--n 20000] [--rounds 5] [--tree PATH ...]
+
+Each ``--tree`` is a checkout of this project (default: this one); to compare with an older
+commit, ``git worktree add /tmp/old <commit>`` and pass ``--tree /tmp/old --tree .``.  Every
+round runs each tree once, in turn, in a subprocess of its own (its ``store`` package on the
+path) on a fresh prefix: 2,000 warm-up enqueues, ``CONFIG RESETSTAT``, then ``--n`` single
+enqueues of the throughput bench's payload, one name, one queue, both list indexes on (with
+``--bulk``: ``enqueue_many`` of 1,000 jobs a call instead).  It reads the enqueue scripts'
+time from ``INFO commandstats`` (``FCALL``, or ``EVALSHA`` on a server without Functions)
+and the client's jobs/s, and prints the median of the rounds per tree, as Redis µs per job.
+The server time is what the chunked sets' write path costs; the client rate also carries
+the round trip and Python.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from bench.chaos import PrivateRedis  # noqa: E402
+
+WARMUP = 2_000
+
+# Runs in the subprocess: argv = tree, url, prefix, n, warm-up enqueues, batch (1: single).
+CHILD = r"""
+import json, sys, time
+sys.path.insert(0, sys.argv[1])
+import redis
+import store
+from store import EnqueueRequest, RedisJobStore
+url, prefix, n, warmup = sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+batch = int(sys.argv[6])
+job_store = RedisJobStore(store.connect(url), prefix=prefix)
+raw = redis.Redis.from_url(url)
+
+def request(i):
+    payload = {"user_id": i, "action": "send_email", "to": f"user{i}@example.com", "attempt": 1}
+    return EnqueueRequest(name="noop", queue="default", payload=payload)
+
+def enqueue(count):
+    if batch == 1:
+        for i in range(count):
+            job_store.enqueue(request(i))
+        return
+    for start in range(0, count, batch):
+        job_store.enqueue_many([request(i) for i in range(start, min(start + batch, count))])
+
+enqueue(warmup)
+raw.config_resetstat()
+started = time.perf_counter()
+enqueue(n)
+elapsed = time.perf_counter() - started
+stats = raw.info("commandstats")
+calls = stats.get("cmdstat_fcall") or stats.get("cmdstat_evalsha") or {}
+print(json.dumps({"usec": calls.get("usec", 0) / n, "rate": n / elapsed}))
+"""
+
+
+def run_once(
+    python: str, tree: Path, url: str, prefix: str, n: int, batch: int
+) -> dict[str, float]:
+    out = subprocess.run(
+        [python, "-c", CHILD, str(tree), url, prefix, str(n), str(WARMUP), str(batch)],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    return dict(json.loads(out.strip().splitlines()[-1]))
+
+
+def label(tree: Path) -> str:
+    """The tree's path and its commit (short hash), when git can tell."""
+    commit = subprocess.run(
+        ["git", "-C", str(tree), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
+    dirty = subprocess.run(
+        ["git", "-C", str(tree), "status", "--porcelain", "--untracked-files=no"],
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    return f"{tree} ({commit or '?'}{' + changes' if dirty else ''})"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--n", type=int, default=20_000, help="measured jobs per run")
+    parser.add_argument(
+        "--bulk", action="store_true", help="enqueue_many, 1,000 jobs a call (default: single)"
+    )
+    parser.add_argument("--rounds", type=int, default=5, help="runs per tree (median shown)")
+    parser.add_argument("--tree", action="append", type=Path, help="a checkout (repeatable)")
+    parser.add_argument("--redis-server", default=None, help="redis-server binary")
+    args = parser.parse_args(argv)
+    trees = [t.resolve() for t in (args.tree or [REPO])]
+    results: dict[Path, list[dict[str, float]]] = {t: [] for t in trees}
+    batch = 1_000 if args.bulk else 1
+    with PrivateRedis(args.redis_server) as server:
+        version = server.client().info("server")["redis_version"]
+        for r in range(args.rounds):
+            for i, tree in enumerate(trees):
+                got = run_once(sys.executable, tree, server.url, f"cost-{r}-{i}", args.n, batch)
+                results[tree].append(got)
+                print(
+                    f"round {r + 1} {tree.name}: {got['usec']:.1f} µs, {got['rate']:,.0f}/s",
+                    file=sys.stderr,
+                )
+            server.client().flushall()  # our own server: nothing else lives there
+    what = "enqueue_many, 1,000 a call" if args.bulk else "single enqueue"
+    print(f"{what}, N = {args.n:,}, median of {args.rounds} (redis-server {version})")
+    print("| tree | Redis µs per job [min–max] | client jobs/s [min–max] |")
+    print("|---|---|---|")
+    for tree in trees:
+        usec = [g["usec"] for g in results[tree]]
+        rate = [g["rate"] for g in results[tree]]
+        print(
+            f"| {label(tree)} | {statistics.median(usec):.1f} [{min(usec):.1f}–{max(usec):.1f}] "
+            f"| {statistics.median(rate):,.0f} [{min(rate):,.0f}–{max(rate):,.0f}] |"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
