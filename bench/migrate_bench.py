@@ -9,7 +9,7 @@ kept them (``to_layout_2``: ``all`` and every index one plain sorted set, the ma
 times the conversion to the current layout.  Every atomic ``migrate_set`` call is timed
 client-side (the gap between two progress reports is one call) and the server's SLOWLOG
 (threshold 10 ms) is read.  Afterwards every set must hold exactly the members it held before,
-in chunks of at most 128 listpack members.
+in chunks of at most 64 listpack members.
 
 Prints members moved per second, the calls, p50 / p99 and the longest call, the memory before
 and after.  Target: no single call over 50 ms.  Exit status 1 if the target or the check fails.
@@ -37,7 +37,7 @@ from bench.list_bench import (
     seed,
 )
 from store import RedisJobStore, connect
-from store.chunks import iter_members
+from store.chunks import CHUNK_CAPACITY, iter_members
 from store.keys import NUL, StoreKeys
 from store.layout import LAYOUT, MigrationResult, layout_key, migrate
 
@@ -98,7 +98,7 @@ def check_converted(client: Any, keys: StoreKeys, sizes: dict[str, int]) -> list
         cards = pipe.execute() if entries else []
         if sum(cards) != size or int(counts.get(directory, 0)) != size:
             problems.append(f"{directory!r}: {sum(cards)} members, size {counts.get(directory)}")
-        if cards and max(cards) > 128:
+        if cards and max(cards) > CHUNK_CAPACITY:
             problems.append(f"{directory!r}: a chunk of {max(cards)} members")
     if list(client.scan_iter(match=f"{keys.tag}:migrate:*", count=500)):
         problems.append("a staging key was left behind")
