@@ -423,23 +423,15 @@ cz_fold = function()
     end
     ps, pid, pnum = s, id, num
     put(K_ALL, s, id)
+    -- Each name's and queue's key is built once per fold.
+    local name, queue = rows[i + 4], rows[i + 3]
     if kind[1] then
-      local name = rows[i + 4]
-      local key = names[name]
-      if not key then
-        key = k_byname(name)
-        names[name] = key
-      end
-      put(key, s, id)
+      names[name] = names[name] or k_byname(name)
+      put(names[name], s, id)
     end
     if kind[2] then
-      local queue = rows[i + 3]
-      local key = queues[queue]
-      if not key then
-        key = k_byqueue(queue)
-        queues[queue] = key
-      end
-      put(key, s, id)
+      queues[queue] = queues[queue] or k_byqueue(queue)
+      put(queues[queue], s, id)
     end
   end
   cz_add_rows(sets, order, asc)
