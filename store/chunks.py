@@ -31,7 +31,8 @@ from store.keys import NUL, StoreKeys
 #: Members a chunk holds at most (CZ_CAP; zset-max-listpack-entries is 128 by default).
 #: Layout 3 filled chunks to 128: those are split when they next take a member.
 CHUNK_CAPACITY = 64
-#: Rows the head holds at most (CZ_HEAD_ROWS in lua/lib/02b_chunks.lua), five items each.
+#: Rows the head holds at most (insert_job in lua/lib/03_rows.lua folds it at 5 x 128
+#: items), five items each.
 HEAD_ROWS = 128
 HEAD_ROW_ITEMS = 5
 #: The fields (after ``<directory> NUL``) layout 3 kept in ixcount as a cache of each

@@ -294,7 +294,7 @@ local function insert_job(id, r, dedupe_key, now, idx, seq, acc)
   if not acc then
     -- The chunked sets' row goes to their head (lib/02b_chunks.lua): score, id,
     -- index flags and 'a' for a store-assigned id, queue, name.  The row that
-    -- makes 128 folds it; a later read in this call folds it again.
+    -- makes 128 (640 items) folds it; a later read in this call folds it again.
     local flags = r.mode == 'auto' and string.sub(idx, 1, 2) .. 'a' or string.sub(idx, 1, 2)
     local len = redis.call('RPUSH', K_IXPEND, now_s, id, flags, queue, name)
     CZ_FOLDED = false
