@@ -27,7 +27,7 @@ if [ -x "${CHROMIUM:-/usr/bin/chromium}" ] && command -v npm >/dev/null 2>&1; th
 fi
 
 echo "== pass 1: embedded Redis${MQ_TEST_REDIS_URL:+ ($MQ_TEST_REDIS_URL)}, SQLite"
-"$PY" -m pytest "$@"
+"$PY" -m pytest -n "${MQ_TEST_WORKERS:-4}" "$@"
 
 # pytest-django uses one settings module per process: the app inside a minimal host
 # project (tests/hostproject: its own user model, login, URLconf with the app under
@@ -50,7 +50,7 @@ if [ -z "${MQ_TEST_REDIS_URL:-}" ]; then
     for d in tests/store tests/runtime tests/flows tests/chaos tests/property tests/commands tests/consistency tests/tasks; do
       [ -d "$d" ] && suites+=("$d")
     done
-    MQ_TEST_REDIS_URL=redis://127.0.0.1:6379/0 "$PY" -m pytest "${suites[@]}" "$@"
+    MQ_TEST_REDIS_URL=redis://127.0.0.1:6379/0 "$PY" -m pytest -n "${MQ_TEST_WORKERS:-4}" "${suites[@]}" "$@"
   else
     echo "== pass 2 skipped: no Redis on 127.0.0.1:6379"
   fi
@@ -62,7 +62,7 @@ if [ -z "$pg_url" ] && "$PY" -c 'import psycopg; psycopg.connect("postgresql://p
 fi
 if [ -n "$pg_url" ]; then
   echo "== pass 3: the dashboard and Django Tasks suites on PostgreSQL"
-  DATABASE_URL="$pg_url" "$PY" -m pytest tests/mqadmin tests/consistency tests/tasks "$@"
+  DATABASE_URL="$pg_url" "$PY" -m pytest -n "${MQ_TEST_WORKERS:-4}" tests/mqadmin tests/consistency tests/tasks "$@"
   echo "== pass 3b: the host project on PostgreSQL"
   DATABASE_URL="$pg_url" "$PY" -m pytest tests/host --ds=tests.hostproject.settings "$@"
 else
