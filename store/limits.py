@@ -24,8 +24,8 @@ MIN_MAX_VALUE_BYTES = 1024
 #: The largest: Redis's own limit of one string.
 MAX_MAX_VALUE_BYTES = 512 * 1024 * 1024
 
-#: What an error exit over the limit keeps of the original: the start of its message and the
-#: end of its traceback (the frames nearest the failure), each at most this many characters.
+#: What an error exit over the limit keeps of the original: the start of its message, and the
+#: start and end of its traceback (outer frames, and the frames nearest the failure).
 KEPT_MESSAGE_CHARS = 1_000
 KEPT_TRACEBACK_CHARS = 8_000
 
@@ -118,7 +118,8 @@ def cut_error_exit(exit_json: str, size: int, limit: int) -> str:
         traceback = error.get("traceback")
         if isinstance(traceback, str) and traceback:
             if len(traceback) > KEPT_TRACEBACK_CHARS:
-                traceback = "…" + traceback[-KEPT_TRACEBACK_CHARS:]
+                half = KEPT_TRACEBACK_CHARS // 2
+                traceback = traceback[:half] + "…" + traceback[-half:]
             kept["traceback"] = traceback
         kept["cut"] = reason
         text = codec.dumps({"error": kept})
