@@ -869,10 +869,10 @@ class Worker:
             try:
                 text = codec.dumps(value, f"handler result of {job.name}")
             except JobStoreError as exc:
-                failure = InvalidRequestError(exc.message)
+                refused = InvalidRequestError(exc.message)
                 self.stats["failed"] += 1
-                await self._report(definition, job, entry, failure, will_retry=False)
-                return Fail(encode_failure(failure, worker_id=self.worker_id))
+                await self._report(definition, job, entry, refused, will_retry=False)
+                return Fail(encode_failure(refused, worker_id=self.worker_id))
             size = over_limit(text, self.store.max_value_bytes)
             if not size:
                 self.stats["completed"] += 1
