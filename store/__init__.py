@@ -21,6 +21,7 @@ from store.errors import (
     LockLostError,
     StoreDefect,
     StoreFailure,
+    ValueTooLargeError,
 )
 from store.flow_runtime import (
     Child,

@@ -29,6 +29,36 @@ class JobStoreError(StoreFailure):
             self.__cause__ = cause
 
 
+def human_size(n: int) -> str:
+    """``n`` bytes in words: "812 bytes", "300 KiB", "3.1 MiB" (binary units)."""
+    if n < 1024:
+        return f"{n} bytes"
+    for unit, size in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if n >= size:
+            text = f"{n / size:.1f}".removesuffix(".0")
+            return f"{text} {unit}"
+    raise AssertionError("unreachable")
+
+
+class ValueTooLargeError(JobStoreError):
+    """A payload, metadata, dedupe key, result or error over the store's ``max_value_bytes``.
+
+    Raised before anything is written.  ``what`` names the value, ``size`` and ``limit``
+    are in UTF-8 bytes.
+    """
+
+    tag = "ValueTooLargeError"
+
+    def __init__(self, what: str, size: int, limit: int) -> None:
+        super().__init__(
+            f"{what} of {human_size(size)} ({size} bytes) exceeds max_value_bytes "
+            f"{human_size(limit)} ({limit} bytes)"
+        )
+        self.what = what
+        self.size = size
+        self.limit = limit
+
+
 class _JobFailure(StoreFailure):
     def __init__(self, job_id: str, message: str) -> None:
         super().__init__(message)

@@ -30,7 +30,6 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from store import codec
 from store.clock import blocking_sleep_ms, sleep_ms
 from store.errors import (
     InvalidRequestError,
@@ -447,7 +446,7 @@ class Job:
                 options["job_id"] = "c-" + secrets.token_hex(12)
             request = self.build_request(payload, allow_dedupe=False, **options)
             store = self.store
-            codec.encode_wire(request, "user", request.id or "")  # refuse bad input now
+            store.validate_request(request)  # refuse bad input now
             if hook(lambda: store.enqueue(request)):
                 assert request.id is not None
                 return request.id

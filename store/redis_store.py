@@ -16,7 +16,7 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
-from store import codec
+from store import codec, limits
 from store.clock import system_clock
 from store.errors import (
     InvalidRequestError,
@@ -163,6 +163,7 @@ class RedisJobStore(ScheduleOperations, FlowOperations, InsightOperations):
         clock: Callable[[], int] | None = None,
         history_ttl: HistoryTtl = None,
         store_key: str = "default",
+        max_value_bytes: int | None = None,
     ) -> None:
         try:
             self.keys = StoreKeys(prefix)
@@ -178,6 +179,9 @@ class RedisJobStore(ScheduleOperations, FlowOperations, InsightOperations):
         self.store_key = store_key
         self.indexes = normalize_indexes(indexes)
         self.history_ttl = normalize_history_ttl(history_ttl)
+        #: The largest payload, metadata, dedupe key, result or error, in UTF-8 bytes
+        #: (store/limits.py; None = ``limits.DEFAULT_MAX_VALUE_BYTES``).
+        self.max_value_bytes = limits.normalize_max_value_bytes(max_value_bytes)
         self._id_generator = id_generator
         self._clock = clock or system_clock
         self._idx = ("1" if self.indexes["name"] else "0") + ("1" if self.indexes["queue"] else "0")
@@ -267,6 +271,7 @@ class RedisJobStore(ScheduleOperations, FlowOperations, InsightOperations):
         else:
             mode, job_id = "auto", ""
         args = codec.encode_wire(request, mode, job_id)
+        limits.check_wire_request(args, dedupe[0], self.max_value_bytes)
         now = self.now()
         draws = 0
         while True:
@@ -294,6 +299,13 @@ class RedisJobStore(ScheduleOperations, FlowOperations, InsightOperations):
                 raise JobStoreError(f"enqueue: unexpected reply {reply!r}")
         raise JobStoreError("enqueue failed: could not generate a unique job id")
 
+    def validate_request(self, request: EnqueueRequest) -> None:
+        """Refuse ``request`` now as ``enqueue`` would (InvalidRequestError, JobStoreError,
+        ValueTooLargeError), without writing anything."""
+        dedupe = codec.encode_dedupe(request)
+        wire = codec.encode_wire(request, "user", request.id or "")
+        limits.check_wire_request(wire, dedupe[0], self.max_value_bytes)
+
     def _draw_id(self, request: EnqueueRequest) -> str:
         assert self._id_generator is not None
         job_id = self._id_generator(request)
@@ -314,8 +326,9 @@ class RedisJobStore(ScheduleOperations, FlowOperations, InsightOperations):
         encoded: list[list[str] | None] = []
         for req in requests:
             if isinstance(req, EnqueueRequest) and req.dedupe is not None:
-                codec.encode_dedupe(req)
-                codec.encode_request(req, "user", "")
+                dedupe = codec.encode_dedupe(req)
+                wire = codec.encode_wire(req, "user", "")
+                limits.check_wire_request(wire, dedupe[0], self.max_value_bytes)
                 encoded.append(None)
             else:
                 mode = (
@@ -323,7 +336,9 @@ class RedisJobStore(ScheduleOperations, FlowOperations, InsightOperations):
                     if req.id is not None
                     else ("generated" if self._id_generator else "auto")
                 )
-                encoded.append(codec.encode_wire(req, mode, req.id or ""))
+                wire = codec.encode_wire(req, mode, req.id or "")
+                limits.check_wire_request(wire, "", self.max_value_bytes)
+                encoded.append(wire)
         results: list[EnqueueResult | None] = [None] * len(requests)
         woken: set[str] = set()
         try:
@@ -413,26 +428,63 @@ class RedisJobStore(ScheduleOperations, FlowOperations, InsightOperations):
             if reply[0] != "again":
                 return reply
 
-    @staticmethod
-    def _ack_args(outcome: AckOutcome) -> tuple[str, str, int]:
+    def _ack_args(self, job_id: str, outcome: AckOutcome) -> tuple[str, str, int]:
+        """The ack script's outcome, exit JSON and retry delay for ``outcome``.
+
+        An exit over ``max_value_bytes`` never fails the ack (the run happened and its
+        attempt must count): a result becomes a failed attempt under the job's retry
+        policy, an error is cut to fit; either exit says the size and the limit.
+        """
         if isinstance(outcome, Complete):
-            return ("complete", codec.encode_exit(outcome.exit), 0)
-        if isinstance(outcome, Fail):
-            return ("fail", codec.encode_exit(outcome.exit), 0)
-        if isinstance(outcome, Retry):
-            return ("retry", codec.encode_exit(outcome.exit), max(0, int(outcome.delay_ms or 0)))
-        if isinstance(outcome, Cancelled):
+            code, exit_json, delay = "complete", codec.encode_exit(outcome.exit), 0
+        elif isinstance(outcome, Fail):
+            code, exit_json, delay = "fail", codec.encode_exit(outcome.exit), 0
+        elif isinstance(outcome, Retry):
+            code, exit_json = "retry", codec.encode_exit(outcome.exit)
+            delay = max(0, int(outcome.delay_ms or 0))
+        elif isinstance(outcome, Cancelled):
             return ("cancelled", "", 0)
-        raise InvalidRequestError(f"unknown ack outcome: {outcome!r}")
+        else:
+            raise InvalidRequestError(f"unknown ack outcome: {outcome!r}")
+        size = limits.over_limit(exit_json, self.max_value_bytes)
+        if not size:
+            return (code, exit_json, delay)
+        if code != "complete":
+            return (code, limits.cut_error_exit(exit_json, size, self.max_value_bytes), delay)
+        return self._result_too_large(job_id, size)
+
+    def _result_too_large(self, job_id: str, size: int) -> tuple[str, str, int]:
+        """Ack args for a run whose result has ``size`` bytes over the limit: a failed
+        attempt, retried when the job has attempts left (after its backoff delay)."""
+        # Imported here: the worker imports this module (the retry policy lives with it).
+        from store.worker import backoff_delay_ms
+
+        exit_json = limits.result_too_large_exit(size, self.max_value_bytes)
+        job = self.get_job(job_id)
+        if job is None:
+            return ("fail", exit_json, 0)  # the ack answers notfound
+        attempt = job.attempts_made + 1
+        logger.warning(
+            "job %s (%s): result of %d bytes exceeds max_value_bytes %d; attempt %d fails",
+            job_id,
+            job.name,
+            size,
+            self.max_value_bytes,
+            attempt,
+        )
+        if attempt >= job.attempts_max:
+            return ("fail", exit_json, 0)
+        return ("retry", exit_json, backoff_delay_ms(job, attempt))
 
     def ack(self, job_id: str, token: str, outcome: AckOutcome) -> None:
         """Record the outcome of the run ``token`` holds (a FanOut parks a flow parent)."""
         if isinstance(outcome, FanOut):
             self._fan_out(job_id, token, outcome)
             return
-        reply = self._run("ack", self.now(), job_id, token, *self._ack_args(outcome))
+        ack_args = self._ack_args(job_id, outcome)
+        reply = self._run("ack", self.now(), job_id, token, *ack_args)
         self._check_lock_reply(reply, job_id)
-        if isinstance(outcome, Retry):
+        if ack_args[0] == "retry":
             self._wake.signal(reply[1])
 
     def ack_and_claim(
@@ -452,6 +504,7 @@ class RedisJobStore(ScheduleOperations, FlowOperations, InsightOperations):
         job (if any) is then available as the exception's ``claimed`` attribute.
         """
         names = list(names)
+        ack_args = self._ack_args(job_id, outcome)
         self._wake.ensure_subscribed()
         wake_token = self._wake.version
         reply = self._run(
@@ -459,13 +512,13 @@ class RedisJobStore(ScheduleOperations, FlowOperations, InsightOperations):
             self.now(),
             job_id,
             token,
-            *self._ack_args(outcome),
+            *ack_args,
             next_token,
             int(lock_duration_ms),
             queue,
             *names,
         )
-        if reply[0] == "ok" and isinstance(outcome, Retry):
+        if reply[0] == "ok" and ack_args[0] == "retry":
             self._wake.signal(reply[1])
         claim_reply = reply[2:]
         if claim_reply[0] == "again":
@@ -496,10 +549,13 @@ class RedisJobStore(ScheduleOperations, FlowOperations, InsightOperations):
         self._wake.ensure_subscribed()
         wake_token = self._wake.version
         args: list[Any] = [self.now(), int(lock_duration_ms), queue, len(acks)]
+        retried: list[bool] = []
         for job_id, token, outcome in acks:
             if isinstance(outcome, FanOut):
                 raise InvalidRequestError("ack_and_claim_many takes no FanOut outcomes")
-            args.extend((job_id, token, *self._ack_args(outcome)))
+            ack_args = self._ack_args(job_id, outcome)
+            retried.append(ack_args[0] == "retry")
+            args.extend((job_id, token, *ack_args))
         args.append(len(tokens))
         args.extend(tokens)
         args.extend(names)
@@ -522,7 +578,7 @@ class RedisJobStore(ScheduleOperations, FlowOperations, InsightOperations):
             claimed = [*claimed, *more[1]]
             next_run_at = more[2]
         errors: list[StoreFailure | None] = []
-        for k, (job_id, _token, outcome) in enumerate(acks):
+        for k, (job_id, _token, _outcome) in enumerate(acks):
             code, ack_queue = ack_reply[2 * k], ack_reply[2 * k + 1]
             if code == "notfound":
                 errors.append(JobNotFoundError(job_id))
@@ -530,7 +586,7 @@ class RedisJobStore(ScheduleOperations, FlowOperations, InsightOperations):
                 errors.append(LockLostError(job_id))
             else:
                 errors.append(None)
-                if isinstance(outcome, Retry):
+                if retried[k]:
                     self._wake.signal(ack_queue)
         jobs = [
             (

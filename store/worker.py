@@ -47,8 +47,15 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from store import codec
 from store.clock import sleep_ms
-from store.errors import InvalidRequestError, JobNotFoundError, JobStoreError, LockLostError
+from store.errors import (
+    InvalidRequestError,
+    JobNotFoundError,
+    JobStoreError,
+    LockLostError,
+    ValueTooLargeError,
+)
 from store.flow_runtime import (
     Flow,
     FlowDefinitionError,
@@ -69,6 +76,7 @@ from store.jobs import (
     reset_current_job,
     set_current_job,
 )
+from store.limits import over_limit
 from store.records import (
     AckOutcome,
     Cancelled,
@@ -859,16 +867,19 @@ class Worker:
             return None
         if error is None:
             try:
-                json.dumps(value, allow_nan=False)
-            except (TypeError, ValueError) as exc:
-                failure = InvalidRequestError(
-                    f"handler result of {job.name} is not JSON-serialisable: {exc}"
-                )
+                text = codec.dumps(value, f"handler result of {job.name}")
+            except JobStoreError as exc:
+                refused = InvalidRequestError(exc.message)
                 self.stats["failed"] += 1
-                await self._report(definition, job, entry, failure, will_retry=False)
-                return Fail(encode_failure(failure, worker_id=self.worker_id))
-            self.stats["completed"] += 1
-            return Complete(value)
+                await self._report(definition, job, entry, refused, will_retry=False)
+                return Fail(encode_failure(refused, worker_id=self.worker_id))
+            size = over_limit(text, self.store.max_value_bytes)
+            if not size:
+                self.stats["completed"] += 1
+                return Complete(value)
+            # A result the store would refuse: this attempt fails, and the job's
+            # retry policy (attempts, backoff, retryable) decides what follows.
+            error = ValueTooLargeError("result", size, self.store.max_value_bytes)
         if isinstance(error, JobTimeoutError):
             failure: BaseException = error
             kind = "timeout"

@@ -61,8 +61,8 @@ if dedupe_key ~= '' then
       put('keep', r.keep)
       put('timeout_ms', r.timeout_ms)
       put('trace', r.trace)
-      redis.call('HSET', kk, unpack(set))
-      if #del > 0 then redis.call('HDEL', kk, unpack(del)) end
+      call_runs('HSET', kk, set, 1, n, 2)
+      call_runs('HDEL', kk, del, 1, #del, 1)
       redis.call('ZADD', k_delayed(keyed_queue), run_at, keyed)
       if ttl then
         -- The entry is a window entry from now on (out of the pending index).

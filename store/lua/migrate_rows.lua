@@ -41,7 +41,7 @@ for i = 1, #ARGV do
       end
     end
     redis.call('DEL', jk)
-    redis.call('HSET', jk, unpack(h))
+    call_runs('HSET', jk, h, 1, n, 2)
     if ttl > 0 then redis.call('PEXPIRE', jk, ttl) end
     rewritten = rewritten + 1
   end

@@ -22,7 +22,7 @@ end
 redis.call('DEL', sk)
 local h = { 'key', key, 'next_run_at', next_run_at }
 for i = 3, #ARGV do h[#h + 1] = ARGV[i] end
-redis.call('HSET', sk, unpack(h))
+call_runs('HSET', sk, h, 1, #h, 2)
 redis.call('ZADD', K_SCHEDULES, next_run_at, key)
 if incoming.queue then wake(incoming.queue) end
 return next_run_at

@@ -129,7 +129,7 @@ local function cz_zadd_desc(ck, flat, from, to)
     args[#args + 1] = flat[j + 1]
     args[#args + 1] = flat[j]
   end
-  return redis.call('ZADD', ck, unpack(args))
+  return call_runs('ZADD', ck, args, 1, #args, 2)
 end
 
 -- Move every member of chunk src into chunk dst (both fit in one).
@@ -179,7 +179,7 @@ local function cz_add(dir, s, id)
     local upper = redis.call('ZRANGE', ck, CZ_CAP / 2, -1, 'WITHSCORES')
     local rem = {}
     for i = 1, #upper, 2 do rem[#rem + 1] = upper[i] end
-    redis.call('ZREM', ck, unpack(rem))
+    call_runs('ZREM', ck, rem, 1, #rem, 1)
     local ck2 = cz_open(dir, upper[2], upper[1])
     cz_zadd_desc(ck2, upper, 1, #upper)
     if not cz_before(sn, id, tonumber(upper[2]), upper[1]) then ck = ck2 end
@@ -208,9 +208,7 @@ local function cz_sorted(flat, rank)
   end
   local scratch = B .. ':czsort'
   redis.call('DEL', scratch)
-  for i = 1, #flat, 1000 do
-    redis.call('ZADD', scratch, unpack(flat, i, math.min(i + 999, #flat)))
-  end
+  call_runs('ZADD', scratch, flat, 1, #flat, 2)
   local out = redis.call('ZRANGE', scratch, 0, -1, 'WITHSCORES')
   redis.call('DEL', scratch)
   return out
@@ -254,20 +252,15 @@ local function cz_merge_tail(dir, sorted)
     local ck = cz_chunk(dir, n)
     local flat = redis.call('ZRANGE', ck, 0, -1, 'WITHSCORES')
     if #flat > 0 then
-      redis.call('ZADD', scratch, unpack(cz_zadd_args(flat)))
+      local args = cz_zadd_args(flat)
+      call_runs('ZADD', scratch, args, 1, #args, 2)
       before = before + #flat / 2
     end
     redis.call('DEL', ck)
   end
   redis.call('ZREMRANGEBYRANK', dir, rank, -1)
-  for k = 1, #sorted, 1000 do
-    local args = {}
-    for j = k, math.min(k + 999, #sorted), 2 do
-      args[#args + 1] = sorted[j + 1]
-      args[#args + 1] = sorted[j]
-    end
-    redis.call('ZADD', scratch, unpack(args))
-  end
+  local args = cz_zadd_args(sorted)
+  call_runs('ZADD', scratch, args, 1, #args, 2)
   local union = redis.call('ZRANGE', scratch, 0, -1, 'WITHSCORES')
   redis.call('DEL', scratch)
   -- What is left of the set comes before every member of the union.

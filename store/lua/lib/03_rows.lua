@@ -77,8 +77,7 @@ end
 local function set_long(key, field, value)
   drop_pieces(key, field)
   local h = {}
-  put_long(h, 0, field, value)
-  redis.call('HSET', key, unpack(h))
+  call_runs('HSET', key, h, 1, put_long(h, 0, field, value), 2)
 end
 
 -- HDEL field and its pieces.
@@ -186,9 +185,7 @@ local function flush_acc(acc)
   cz_add_rows(acc.cz, acc.cz_order, acc.in_order)
   for _, key in ipairs(acc.order) do
     local z = acc.zsets[key]
-    for i = 1, #z, 1000 do
-      redis.call('ZADD', key, unpack(z, i, math.min(i + 999, #z)))
-    end
+    call_runs('ZADD', key, z, 1, #z, 2)
   end
   for field, n in pairs(acc.counts) do
     redis.call('HINCRBY', K_COUNTS, field, n)
@@ -271,7 +268,7 @@ local function insert_job(id, r, dedupe_key, now, idx, seq, acc)
     if r.parent ~= '' then n = put_long(h, n, 'parent', r.parent) end
   end
   if dedupe_key ~= '' then n = put_long(h, n, 'dedupe_key', dedupe_key) end
-  redis.call('HSET', k_job(id), unpack(h))
+  call_runs('HSET', k_job(id), h, 1, n, 2)
   if r.mode == 'user' then reserve_user_id(id) end
   local queue, name = r.queue, r.name
   local rt

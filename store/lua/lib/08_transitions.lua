@@ -68,9 +68,11 @@ end
 local function make_waiting(id, j, seq, now, run_at)
   local jk = k_job(id)
   unlink_from_state(id, j)
-  local fields = { 'state', 'waiting', 'seq', fmt(seq) }
-  if run_at then fields[5] = 'run_at'; fields[6] = fmt(run_at) end
-  redis.call('HSET', jk, unpack(fields))
+  if run_at then
+    redis.call('HSET', jk, 'state', 'waiting', 'seq', fmt(seq), 'run_at', fmt(run_at))
+  else
+    redis.call('HSET', jk, 'state', 'waiting', 'seq', fmt(seq))
+  end
   redis.call('HDEL', jk, 'lock_token', 'lock_expires_at')
   add_waiting(j.queue, j.name, j.priority, seq, id)
   counts_add(j.queue, j.state, -1)
