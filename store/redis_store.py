@@ -266,8 +266,8 @@ class RedisJobStore(ScheduleOperations, FlowOperations, InsightOperations):
             mode, job_id = "generated", ""
         else:
             mode, job_id = "auto", ""
-        args = codec.encode_wire(request, mode, job_id)
         now = self.now()
+        args = codec.encode_wire(request, mode, job_id, now)
         draws = 0
         while True:
             if mode == "generated" and (job_id or not request.dedupe):
@@ -310,12 +310,13 @@ class RedisJobStore(ScheduleOperations, FlowOperations, InsightOperations):
         queues are woken) and the call raises ``JobStoreError``.
         """
         requests = list(requests)
+        now = self.now()
         # Validate everything first: one bad item refuses the whole batch.
         encoded: list[list[str] | None] = []
         for req in requests:
             if isinstance(req, EnqueueRequest) and req.dedupe is not None:
                 codec.encode_dedupe(req)
-                codec.encode_request(req, "user", "")
+                codec.encode_request(req, "user", "", now)
                 encoded.append(None)
             else:
                 mode = (
@@ -323,7 +324,7 @@ class RedisJobStore(ScheduleOperations, FlowOperations, InsightOperations):
                     if req.id is not None
                     else ("generated" if self._id_generator else "auto")
                 )
-                encoded.append(codec.encode_wire(req, mode, req.id or ""))
+                encoded.append(codec.encode_wire(req, mode, req.id or "", now))
         results: list[EnqueueResult | None] = [None] * len(requests)
         woken: set[str] = set()
         try:
@@ -336,7 +337,7 @@ class RedisJobStore(ScheduleOperations, FlowOperations, InsightOperations):
                 j = i
                 while j < len(requests) and encoded[j] is not None:
                     j += 1
-                self._insert_plain(requests, encoded, range(i, j), results, woken)
+                self._insert_plain(requests, encoded, range(i, j), results, woken, now)
                 i = j
         finally:
             for queue in woken:
@@ -350,9 +351,9 @@ class RedisJobStore(ScheduleOperations, FlowOperations, InsightOperations):
         positions: range,
         results: list[EnqueueResult | None],
         woken: set[str],
+        now: int,
     ) -> None:
         pending = list(positions)
-        now = self.now()
         for _ in range(ID_DRAWS):
             if not pending:
                 return
@@ -414,13 +415,15 @@ class RedisJobStore(ScheduleOperations, FlowOperations, InsightOperations):
                 return reply
 
     @staticmethod
-    def _ack_args(outcome: AckOutcome) -> tuple[str, str, int]:
+    def _ack_args(outcome: AckOutcome, now: int) -> tuple[str, str, int]:
         if isinstance(outcome, Complete):
             return ("complete", codec.encode_exit(outcome.exit), 0)
         if isinstance(outcome, Fail):
             return ("fail", codec.encode_exit(outcome.exit), 0)
         if isinstance(outcome, Retry):
-            return ("retry", codec.encode_exit(outcome.exit), max(0, int(outcome.delay_ms or 0)))
+            delay = max(0, int(outcome.delay_ms or 0))
+            codec.check_run_at(now + delay, f"a retry delay of {delay} ms")
+            return ("retry", codec.encode_exit(outcome.exit), delay)
         if isinstance(outcome, Cancelled):
             return ("cancelled", "", 0)
         raise InvalidRequestError(f"unknown ack outcome: {outcome!r}")
@@ -430,7 +433,8 @@ class RedisJobStore(ScheduleOperations, FlowOperations, InsightOperations):
         if isinstance(outcome, FanOut):
             self._fan_out(job_id, token, outcome)
             return
-        reply = self._run("ack", self.now(), job_id, token, *self._ack_args(outcome))
+        now = self.now()
+        reply = self._run("ack", now, job_id, token, *self._ack_args(outcome, now))
         self._check_lock_reply(reply, job_id)
         if isinstance(outcome, Retry):
             self._wake.signal(reply[1])
@@ -454,12 +458,13 @@ class RedisJobStore(ScheduleOperations, FlowOperations, InsightOperations):
         names = list(names)
         self._wake.ensure_subscribed()
         wake_token = self._wake.version
+        now = self.now()
         reply = self._run(
             "ack_claim",
-            self.now(),
+            now,
             job_id,
             token,
-            *self._ack_args(outcome),
+            *self._ack_args(outcome, now),
             next_token,
             int(lock_duration_ms),
             queue,
@@ -495,11 +500,12 @@ class RedisJobStore(ScheduleOperations, FlowOperations, InsightOperations):
         names = list(names)
         self._wake.ensure_subscribed()
         wake_token = self._wake.version
-        args: list[Any] = [self.now(), int(lock_duration_ms), queue, len(acks)]
+        now = self.now()
+        args: list[Any] = [now, int(lock_duration_ms), queue, len(acks)]
         for job_id, token, outcome in acks:
             if isinstance(outcome, FanOut):
                 raise InvalidRequestError("ack_and_claim_many takes no FanOut outcomes")
-            args.extend((job_id, token, *self._ack_args(outcome)))
+            args.extend((job_id, token, *self._ack_args(outcome, now)))
         args.append(len(tokens))
         args.extend(tokens)
         args.extend(names)
