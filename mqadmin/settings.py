@@ -3,7 +3,10 @@
 Everything deployment-specific comes from the environment (see README.md):
 ``DJANGO_SECRET_KEY``, ``DJANGO_DEBUG``, ``DJANGO_ALLOWED_HOSTS``,
 ``DJANGO_CSRF_TRUSTED_ORIGINS``, ``DATABASE_URL``, ``MQ_REDIS_URL``, ``MQ_PREFIX``,
-``MQ_STORES``, ``MQ_DASHBOARD_READ_ONLY``, ``MQ_METRICS_TOKEN``, ``DJANGO_LOG_LEVEL``.  The defaults give a
+``MQ_STORES``, ``MQ_DASHBOARD_READ_ONLY``, ``MQ_METRICS_TOKEN``, ``DJANGO_LOG_LEVEL``, and the
+HTTPS switches ``DJANGO_SECURE_COOKIES``, ``DJANGO_SECURE_SSL_REDIRECT``,
+``DJANGO_SECURE_HSTS_SECONDS``, ``DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS``,
+``DJANGO_SECURE_HSTS_PRELOAD``, ``DJANGO_BEHIND_TLS_PROXY``.  The defaults give a
 working development set-up with no configuration at all: SQLite and a generated secret
 key under ``var/``, and the embedded Redis.
 """
@@ -57,6 +60,8 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # The dashboard's Content-Security-Policy on every page (login, admin), not only the app's.
+    "mqadmin.middleware.ContentSecurityPolicyMiddleware",
 ]
 
 ROOT_URLCONF = "mqadmin.site_urls"
@@ -78,6 +83,28 @@ TEMPLATES = [
         },
     },
 ]
+
+# -- HTTPS (on by default when DJANGO_DEBUG=0; see README "Production settings") ---------
+
+# Cookies only over HTTPS.
+SESSION_COOKIE_SECURE = env_bool("DJANGO_SECURE_COOKIES", default=not DEBUG)
+CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+# Plain-HTTP requests are redirected to HTTPS, except the probes and the metrics scrape
+# (a platform's health checks and Prometheus often talk plain HTTP to the pod).
+SECURE_SSL_REDIRECT = env_bool("DJANGO_SECURE_SSL_REDIRECT", default=not DEBUG)
+SECURE_REDIRECT_EXEMPT = [r"^healthz/$", r"^readyz/$", r"^metrics/$"]
+# HSTS: a year by default in production; 0 turns it off.
+SECURE_HSTS_SECONDS = int(
+    os.environ.get("DJANGO_SECURE_HSTS_SECONDS") or (0 if DEBUG else 31_536_000)
+)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool(
+    "DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS", default=not DEBUG
+)
+SECURE_HSTS_PRELOAD = env_bool("DJANGO_SECURE_HSTS_PRELOAD", default=not DEBUG)
+# Behind a proxy that terminates TLS and sets X-Forwarded-Proto (only set this there:
+# a client could send the header itself).
+if env_bool("DJANGO_BEHIND_TLS_PROXY", default=False):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 
 # -- database --------------------------------------------------------------------------
 
