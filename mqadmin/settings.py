@@ -14,6 +14,7 @@ key under ``var/``, and the embedded Redis.
 from __future__ import annotations
 
 import os
+from datetime import timedelta
 from pathlib import Path
 
 from mqadmin.config import (
@@ -49,6 +50,8 @@ INSTALLED_APPS = [
     "django_htmx",
     "template_partials",
     "mqadmin",
+    # Login throttling (django-axes, the "site" extra): see "-- auth" below.
+    "axes",
 ]
 
 MIDDLEWARE = [
@@ -62,6 +65,8 @@ MIDDLEWARE = [
     "django_htmx.middleware.HtmxMiddleware",
     # The dashboard's Content-Security-Policy on every page (login, admin), not only the app's.
     "mqadmin.middleware.ContentSecurityPolicyMiddleware",
+    # Last, as django-axes asks: answers a locked-out login attempt.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "mqadmin.site_urls"
@@ -121,6 +126,21 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
+# Login throttling with django-axes: after MQ_LOGIN_FAILURE_LIMIT wrong passwords for one
+# username from one address, logins from there are refused (429) for
+# MQ_LOGIN_COOLOFF_MINUTES; a successful login resets the count.  Attempts are kept in
+# the database (``manage.py axes_reset`` lifts every lockout).
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = int(os.environ.get("MQ_LOGIN_FAILURE_LIMIT") or 5)
+AXES_COOLOFF_TIME = timedelta(minutes=int(os.environ.get("MQ_LOGIN_COOLOFF_MINUTES") or 15))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+# Behind a TLS proxy the client address is the proxy's: count per forwarded address there.
+if env_bool("DJANGO_BEHIND_TLS_PROXY", default=False):
+    AXES_IPWARE_META_PRECEDENCE_ORDER = ["HTTP_X_FORWARDED_FOR", "REMOTE_ADDR"]
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "mqadmin:home"
 LOGOUT_REDIRECT_URL = "login"
