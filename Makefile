@@ -27,7 +27,7 @@ $(STAMP): pyproject.toml
 		"$(PYTHON)" -m venv "$(VENV)"; \
 	fi
 	$(VPY) -m pip install --quiet --upgrade pip
-	$(VPY) -m pip install --quiet -e '.[test,dev]'
+	$(VPY) -m pip install --quiet -e '.[test,dev,site]'
 	@touch $@
 
 # Migrate, make sure a superuser exists, start the embedded Redis (unless MQ_REDIS_URL

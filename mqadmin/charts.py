@@ -124,7 +124,10 @@ class ThroughputChart:
 
 
 def _clock(minute_ms: int) -> str:
-    return datetime.fromtimestamp(minute_ms / 1000, UTC).strftime("%H:%M")
+    try:
+        return datetime.fromtimestamp(minute_ms / 1000, UTC).strftime("%H:%M")
+    except (OverflowError, ValueError, OSError):  # a clock far outside the calendar
+        return f"{minute_ms} ms"
 
 
 def throughput_chart(series: dict[str, list[tuple[int, int]]]) -> ThroughputChart:

@@ -29,6 +29,12 @@ MAX_SELECTED = 500
 #: Earlier child-page cursors a flow page keeps for its "previous" link.
 MAX_FLOW_TRAIL = 20
 
+#: Why a metadata filter is refused to a user who may not see metadata values.
+METADATA_FILTER_DENIED = (
+    "Filtering by metadata values needs the “view_payload” permission: metadata values are "
+    "hidden from you, and the jobs a filter matches would reveal them."
+)
+
 JOB_VERBS = (("retry", "Retry"), ("cancel", "Cancel"), ("promote", "Promote"), ("remove", "Remove"))
 
 
@@ -181,6 +187,21 @@ class JobFilterForm(forms.Form):
         regex=r"^[0-9a-f]{16}$",
         error_messages={"invalid": "“error” must be an error group id (16 hex digits)."},
     )
+
+    def __init__(self, *args: Any, user: Any = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        #: Who asks: metadata-value filters need the view payload permission (None: not checked).
+        self.user = user
+
+    def clean_meta(self) -> dict[str, str]:
+        pairs: dict[str, str] = self.cleaned_data.get("meta") or {}
+        if pairs and self.user is not None:
+            from mqadmin import permissions
+
+            if not permissions.can_view_payload(self.user):
+                # Which jobs match would tell whether a guessed (hidden) value is right.
+                raise ValidationError(METADATA_FILTER_DENIED)
+        return pairs
 
     def clean_queue(self) -> str:
         return _plain_text(self.cleaned_data["queue"], "queue")

@@ -100,7 +100,10 @@ def overview(period: str, only_store: str | None = None) -> list[StoreMetrics]:
 
 
 def _slot_label(start_ms: int, period: str) -> str:
-    moment = datetime.fromtimestamp(start_ms / 1000, UTC)
+    try:
+        moment = datetime.fromtimestamp(start_ms / 1000, UTC)
+    except (OverflowError, ValueError, OSError):  # a clock far outside the calendar
+        return f"{start_ms} ms"
     return moment.strftime("%H:%M" if period == "1h" else "%b %d %H:00")
 
 

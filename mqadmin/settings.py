@@ -3,7 +3,10 @@
 Everything deployment-specific comes from the environment (see README.md):
 ``DJANGO_SECRET_KEY``, ``DJANGO_DEBUG``, ``DJANGO_ALLOWED_HOSTS``,
 ``DJANGO_CSRF_TRUSTED_ORIGINS``, ``DATABASE_URL``, ``MQ_REDIS_URL``, ``MQ_PREFIX``,
-``MQ_STORES``, ``MQ_DASHBOARD_READ_ONLY``, ``MQ_METRICS_TOKEN``, ``DJANGO_LOG_LEVEL``.  The defaults give a
+``MQ_STORES``, ``MQ_DASHBOARD_READ_ONLY``, ``MQ_METRICS_TOKEN``, ``DJANGO_LOG_LEVEL``, and the
+HTTPS switches ``DJANGO_SECURE_COOKIES``, ``DJANGO_SECURE_SSL_REDIRECT``,
+``DJANGO_SECURE_HSTS_SECONDS``, ``DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS``,
+``DJANGO_SECURE_HSTS_PRELOAD``, ``DJANGO_BEHIND_TLS_PROXY``.  The defaults give a
 working development set-up with no configuration at all: SQLite and a generated secret
 key under ``var/``, and the embedded Redis.
 """
@@ -11,6 +14,7 @@ key under ``var/``, and the embedded Redis.
 from __future__ import annotations
 
 import os
+from datetime import timedelta
 from pathlib import Path
 
 from mqadmin.config import (
@@ -46,6 +50,8 @@ INSTALLED_APPS = [
     "django_htmx",
     "template_partials",
     "mqadmin",
+    # Login throttling (django-axes, the "site" extra): see "-- auth" below.
+    "axes",
 ]
 
 MIDDLEWARE = [
@@ -57,6 +63,10 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # The dashboard's Content-Security-Policy on every page (login, admin), not only the app's.
+    "mqadmin.middleware.ContentSecurityPolicyMiddleware",
+    # Last, as django-axes asks: answers a locked-out login attempt.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "mqadmin.site_urls"
@@ -79,6 +89,28 @@ TEMPLATES = [
     },
 ]
 
+# -- HTTPS (on by default when DJANGO_DEBUG=0; see README "Production settings") ---------
+
+# Cookies only over HTTPS.
+SESSION_COOKIE_SECURE = env_bool("DJANGO_SECURE_COOKIES", default=not DEBUG)
+CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+# Plain-HTTP requests are redirected to HTTPS, except the probes and the metrics scrape
+# (a platform's health checks and Prometheus often talk plain HTTP to the pod).
+SECURE_SSL_REDIRECT = env_bool("DJANGO_SECURE_SSL_REDIRECT", default=not DEBUG)
+SECURE_REDIRECT_EXEMPT = [r"^healthz/$", r"^readyz/$", r"^metrics/$"]
+# HSTS: a year by default in production; 0 turns it off.
+SECURE_HSTS_SECONDS = int(
+    os.environ.get("DJANGO_SECURE_HSTS_SECONDS") or (0 if DEBUG else 31_536_000)
+)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool(
+    "DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS", default=not DEBUG
+)
+SECURE_HSTS_PRELOAD = env_bool("DJANGO_SECURE_HSTS_PRELOAD", default=not DEBUG)
+# Behind a proxy that terminates TLS and sets X-Forwarded-Proto (only set this there:
+# a client could send the header itself).
+if env_bool("DJANGO_BEHIND_TLS_PROXY", default=False):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+
 # -- database --------------------------------------------------------------------------
 
 DATABASES = {
@@ -94,6 +126,21 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
+# Login throttling with django-axes: after MQ_LOGIN_FAILURE_LIMIT wrong passwords for one
+# username from one address, logins from there are refused (429) for
+# MQ_LOGIN_COOLOFF_MINUTES; a successful login resets the count.  Attempts are kept in
+# the database (``manage.py axes_reset`` lifts every lockout).
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = int(os.environ.get("MQ_LOGIN_FAILURE_LIMIT") or 5)
+AXES_COOLOFF_TIME = timedelta(minutes=int(os.environ.get("MQ_LOGIN_COOLOFF_MINUTES") or 15))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+# Behind a TLS proxy the client address is the proxy's: count per forwarded address there.
+if env_bool("DJANGO_BEHIND_TLS_PROXY", default=False):
+    AXES_IPWARE_META_PRECEDENCE_ORDER = ["HTTP_X_FORWARDED_FOR", "REMOTE_ADDR"]
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "mqadmin:home"
 LOGOUT_REDIRECT_URL = "login"

@@ -45,7 +45,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Iterable, Mapping
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from inspect import iscoroutinefunction
 from typing import Any
 
@@ -132,7 +132,13 @@ class StoreTask(Task):  # type: ignore[misc,valid-type]
 
 
 def _ms_to_dt(ms: int | None) -> datetime | None:
-    return None if ms is None else datetime.fromtimestamp(ms / 1000, tz=UTC)
+    """Epoch milliseconds as an aware datetime; None also for a stored value no date has."""
+    if ms is None:
+        return None
+    try:
+        return datetime(1970, 1, 1, tzinfo=UTC) + timedelta(milliseconds=int(ms))
+    except (OverflowError, ValueError, TypeError):
+        return None
 
 
 def marker(queue: str, name: str) -> str:

@@ -46,6 +46,7 @@ from store.jobs import (
 )
 from store.records import (
     ALL_STATES,
+    MAX_RUN_AT_MS,
     MISSING,
     TERMINAL_STATES,
     AckOutcome,

@@ -13,8 +13,11 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from store.clock import system_clock
 from store.errors import InvalidRequestError, JobStoreError
 from store.records import (
+    MAX_RUN_AT_MS,
+    MAX_RUN_AT_TEXT,
     MISSING,
     AttemptRecord,
     BackoffPolicy,
@@ -150,6 +153,72 @@ def _name(value: Any, field: str) -> str:
     return check_text(value, field)
 
 
+def latest_delay_ms(now: int | None) -> int:
+    """The longest delay from ``now`` (default: the wall clock) that stays within MAX_RUN_AT_MS."""
+    return MAX_RUN_AT_MS - (system_clock() if now is None else int(now))
+
+
+def check_run_at(run_at: int, what: str) -> None:
+    """Refuse a run time later than MAX_RUN_AT_MS (9999-12-31T23:59:59.999Z)."""
+    if run_at > MAX_RUN_AT_MS:
+        raise InvalidRequestError(
+            f"{what} puts the run time past {MAX_RUN_AT_TEXT} (the latest the store accepts)"
+        )
+
+
+def check_delay(delay: int, what: str, now: int | None) -> None:
+    if delay > 0 and delay > latest_delay_ms(now):
+        raise InvalidRequestError(
+            f"{what} {delay} puts the run time past {MAX_RUN_AT_TEXT} "
+            "(the latest the store accepts; was it given in microseconds?)"
+        )
+
+
+def largest_backoff_ms(policy: BackoffPolicy, attempts_max: int) -> float:
+    """The longest delay ``policy`` asks for over the retries of ``attempts_max`` runs.
+
+    Retries follow runs 1 .. attempts_max - 1; an exponential delay is monotonic in
+    the run number, so the first and the last retry bound it (``inf`` on overflow).
+    """
+    if attempts_max < 2:
+        return 0.0
+    base = float(policy.delay_ms)
+    if policy.kind == "fixed" or base == 0:
+        return base
+    factor = 2.0 if policy.factor is None else float(policy.factor)
+    try:
+        last = base * factor ** (attempts_max - 2)
+    except OverflowError:
+        return math.inf
+    return max(base, last)
+
+
+def check_backoff(policy: BackoffPolicy, attempts_max: int, now: int | None) -> None:
+    """Refuse a backoff policy that is malformed, negative, or reaches past MAX_RUN_AT_MS."""
+    if policy.kind not in ("fixed", "exponential"):
+        raise InvalidRequestError(
+            f"backoff kind must be 'fixed' or 'exponential', got {policy.kind!r}"
+        )
+    if int(_int_str(policy.delay_ms, "backoff.delay_ms")) < 0:
+        raise InvalidRequestError(f"backoff.delay_ms must not be negative, got {policy.delay_ms!r}")
+    factor = policy.factor
+    if factor is not None and (
+        isinstance(factor, bool)
+        or not isinstance(factor, int | float)
+        or not math.isfinite(factor)
+        or factor < 0
+    ):
+        raise InvalidRequestError(
+            f"backoff.factor must be a finite number, not negative, got {factor!r}"
+        )
+    largest = largest_backoff_ms(policy, attempts_max)
+    if largest > 0 and largest > latest_delay_ms(now):
+        raise InvalidRequestError(
+            f"backoff {policy.to_json()} over {attempts_max} attempts asks for a delay "
+            f"that puts a retry past {MAX_RUN_AT_TEXT} (the latest run time the store accepts)"
+        )
+
+
 def validate_metadata(metadata: Any) -> Mapping[str, str]:
     if not isinstance(metadata, Mapping):
         raise InvalidRequestError(
@@ -165,11 +234,14 @@ def validate_metadata(metadata: Any) -> Mapping[str, str]:
     return metadata
 
 
-def encode_request(req: EnqueueRequest, mode: str, job_id: str) -> list[str]:
+def encode_request(
+    req: EnqueueRequest, mode: str, job_id: str, now: int | None = None
+) -> list[str]:
     """The 14 ARGV strings of one request (see ``read_request`` in lua/lib/03_rows.lua).
 
     Everything is validated here, before any script runs, so a refused request
-    writes nothing.
+    writes nothing.  ``now`` (default: the wall clock) bounds the delay and the
+    backoff: no run may land past MAX_RUN_AT_MS.
     """
     if not isinstance(req, EnqueueRequest):
         raise InvalidRequestError(f"expected an EnqueueRequest, got {type(req).__name__}")
@@ -198,13 +270,10 @@ def encode_request(req: EnqueueRequest, mode: str, job_id: str) -> list[str]:
         delay = "0"
     else:
         delay = _int_str(delay_ms, "delay_ms")
+        check_delay(int(delay), "delay_ms", now)
     backoff = ""
     if req.backoff is not None:
-        if req.backoff.kind not in ("fixed", "exponential"):
-            raise InvalidRequestError(
-                f"backoff kind must be 'fixed' or 'exponential', got {req.backoff.kind!r}"
-            )
-        _int_str(req.backoff.delay_ms, "backoff.delay_ms")
+        check_backoff(req.backoff, int(attempts), now)
         backoff = dumps(req.backoff.to_json(), "backoff")
     keep = ""
     if req.keep is not None:
@@ -254,9 +323,9 @@ def wire_request(fields: list[str]) -> list[str]:
     return [*fields[:5], "" if options == _DEFAULT_OPTIONS else "\0".join(options)]
 
 
-def encode_wire(req: EnqueueRequest, mode: str, job_id: str) -> list[str]:
+def encode_wire(req: EnqueueRequest, mode: str, job_id: str, now: int | None = None) -> list[str]:
     """``encode_request`` in the form the scripts read."""
-    return wire_request(encode_request(req, mode, job_id))
+    return wire_request(encode_request(req, mode, job_id, now))
 
 
 def encode_dedupe(req: EnqueueRequest) -> list[str]:

@@ -37,6 +37,7 @@ from store.errors import (
     JobNotFoundError,
 )
 from store.records import (
+    MAX_RUN_AT_TEXT,
     MISSING,
     TERMINAL_STATES,
     AttemptRecord,
@@ -321,9 +322,16 @@ class Job:
         self.store_key = store
         self.attempts = max(1, int(attempts))
         self.backoff = _backoff(backoff)
+        if self.backoff is not None:
+            codec.check_backoff(self.backoff, self.attempts, None)
         self.timeout_ms = timeout_ms
         self.priority = priority
         self.delay_ms = int(delay_ms)
+        if self.delay_ms > codec.latest_delay_ms(None):
+            raise InvalidRequestError(
+                f"delay_ms {self.delay_ms} puts every run past {MAX_RUN_AT_TEXT} "
+                "(the latest run time the store accepts)"
+            )
         self.keep = _keep(keep)
         self.dedupe = dedupe
         self.idempotency_key = idempotency_key
@@ -396,6 +404,9 @@ class Job:
                 dedupe if dedupe is not None else (self.dedupe(payload) if self.dedupe else None)
             )
         if at is not None:
+            if isinstance(at, bool) or not isinstance(at, int | float):
+                raise InvalidRequestError(f"at must be epoch milliseconds, got {at!r}")
+            codec.check_run_at(int(at), f"at={at}")
             clock_now = now if now is not None else self.store.now()
             delay = max(0, int(at) - clock_now)
         else:

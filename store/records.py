@@ -57,6 +57,13 @@ class JobState(StrEnum):
 ALL_STATES: tuple[str, ...] = tuple(s.value for s in JobState)
 TERMINAL_STATES: frozenset[str] = frozenset({"completed", "failed", "cancelled"})
 
+#: The latest run time the store accepts: 9999-12-31T23:59:59.999Z in epoch milliseconds
+#: (the last instant a ``datetime`` can hold).  Delays, ``at=``, schedules and retry
+#: backoff that would put a run later than this are refused with InvalidRequestError.
+MAX_RUN_AT_MS = 253_402_300_799_999
+#: ``MAX_RUN_AT_MS`` as text, for messages.
+MAX_RUN_AT_TEXT = "9999-12-31T23:59:59.999Z"
+
 _ALIASES = {
     "delayMs": "delay_ms",
     "ageMs": "age_ms",

@@ -270,9 +270,9 @@ class RedisJobStore(ScheduleOperations, FlowOperations, InsightOperations):
             mode, job_id = "generated", ""
         else:
             mode, job_id = "auto", ""
-        args = codec.encode_wire(request, mode, job_id)
-        limits.check_wire_request(args, dedupe[0], self.max_value_bytes)
         now = self.now()
+        args = codec.encode_wire(request, mode, job_id, now)
+        limits.check_wire_request(args, dedupe[0], self.max_value_bytes)
         draws = 0
         while True:
             if mode == "generated" and (job_id or not request.dedupe):
@@ -303,7 +303,7 @@ class RedisJobStore(ScheduleOperations, FlowOperations, InsightOperations):
         """Refuse ``request`` now as ``enqueue`` would (InvalidRequestError, JobStoreError,
         ValueTooLargeError), without writing anything."""
         dedupe = codec.encode_dedupe(request)
-        wire = codec.encode_wire(request, "user", request.id or "")
+        wire = codec.encode_wire(request, "user", request.id or "", self.now())
         limits.check_wire_request(wire, dedupe[0], self.max_value_bytes)
 
     def _draw_id(self, request: EnqueueRequest) -> str:
@@ -322,12 +322,13 @@ class RedisJobStore(ScheduleOperations, FlowOperations, InsightOperations):
         queues are woken) and the call raises ``JobStoreError``.
         """
         requests = list(requests)
+        now = self.now()
         # Validate everything first: one bad item refuses the whole batch.
         encoded: list[list[str] | None] = []
         for req in requests:
             if isinstance(req, EnqueueRequest) and req.dedupe is not None:
                 dedupe = codec.encode_dedupe(req)
-                wire = codec.encode_wire(req, "user", "")
+                wire = codec.encode_wire(req, "user", "", now)
                 limits.check_wire_request(wire, dedupe[0], self.max_value_bytes)
                 encoded.append(None)
             else:
@@ -336,7 +337,7 @@ class RedisJobStore(ScheduleOperations, FlowOperations, InsightOperations):
                     if req.id is not None
                     else ("generated" if self._id_generator else "auto")
                 )
-                wire = codec.encode_wire(req, mode, req.id or "")
+                wire = codec.encode_wire(req, mode, req.id or "", now)
                 limits.check_wire_request(wire, "", self.max_value_bytes)
                 encoded.append(wire)
         results: list[EnqueueResult | None] = [None] * len(requests)
@@ -351,7 +352,7 @@ class RedisJobStore(ScheduleOperations, FlowOperations, InsightOperations):
                 j = i
                 while j < len(requests) and encoded[j] is not None:
                     j += 1
-                self._insert_plain(requests, encoded, range(i, j), results, woken)
+                self._insert_plain(requests, encoded, range(i, j), results, woken, now)
                 i = j
         finally:
             for queue in woken:
@@ -365,9 +366,9 @@ class RedisJobStore(ScheduleOperations, FlowOperations, InsightOperations):
         positions: range,
         results: list[EnqueueResult | None],
         woken: set[str],
+        now: int,
     ) -> None:
         pending = list(positions)
-        now = self.now()
         for _ in range(ID_DRAWS):
             if not pending:
                 return
@@ -428,12 +429,13 @@ class RedisJobStore(ScheduleOperations, FlowOperations, InsightOperations):
             if reply[0] != "again":
                 return reply
 
-    def _ack_args(self, job_id: str, outcome: AckOutcome) -> tuple[str, str, int]:
+    def _ack_args(self, job_id: str, outcome: AckOutcome, now: int) -> tuple[str, str, int]:
         """The ack script's outcome, exit JSON and retry delay for ``outcome``.
 
         An exit over ``max_value_bytes`` never fails the ack (the run happened and its
         attempt must count): a result becomes a failed attempt under the job's retry
-        policy, an error is cut to fit; either exit says the size and the limit.
+        policy, an error is cut to fit; either exit says the size and the limit.  A
+        retry whose run time would pass the calendar bound is refused.
         """
         if isinstance(outcome, Complete):
             code, exit_json, delay = "complete", codec.encode_exit(outcome.exit), 0
@@ -442,6 +444,7 @@ class RedisJobStore(ScheduleOperations, FlowOperations, InsightOperations):
         elif isinstance(outcome, Retry):
             code, exit_json = "retry", codec.encode_exit(outcome.exit)
             delay = max(0, int(outcome.delay_ms or 0))
+            codec.check_run_at(now + delay, f"a retry delay of {delay} ms")
         elif isinstance(outcome, Cancelled):
             return ("cancelled", "", 0)
         else:
@@ -481,8 +484,9 @@ class RedisJobStore(ScheduleOperations, FlowOperations, InsightOperations):
         if isinstance(outcome, FanOut):
             self._fan_out(job_id, token, outcome)
             return
-        ack_args = self._ack_args(job_id, outcome)
-        reply = self._run("ack", self.now(), job_id, token, *ack_args)
+        now = self.now()
+        ack_args = self._ack_args(job_id, outcome, now)
+        reply = self._run("ack", now, job_id, token, *ack_args)
         self._check_lock_reply(reply, job_id)
         if ack_args[0] == "retry":
             self._wake.signal(reply[1])
@@ -504,12 +508,13 @@ class RedisJobStore(ScheduleOperations, FlowOperations, InsightOperations):
         job (if any) is then available as the exception's ``claimed`` attribute.
         """
         names = list(names)
-        ack_args = self._ack_args(job_id, outcome)
+        now = self.now()
+        ack_args = self._ack_args(job_id, outcome, now)
         self._wake.ensure_subscribed()
         wake_token = self._wake.version
         reply = self._run(
             "ack_claim",
-            self.now(),
+            now,
             job_id,
             token,
             *ack_args,
@@ -548,12 +553,13 @@ class RedisJobStore(ScheduleOperations, FlowOperations, InsightOperations):
         names = list(names)
         self._wake.ensure_subscribed()
         wake_token = self._wake.version
-        args: list[Any] = [self.now(), int(lock_duration_ms), queue, len(acks)]
+        now = self.now()
+        args: list[Any] = [now, int(lock_duration_ms), queue, len(acks)]
         retried: list[bool] = []
         for job_id, token, outcome in acks:
             if isinstance(outcome, FanOut):
                 raise InvalidRequestError("ack_and_claim_many takes no FanOut outcomes")
-            ack_args = self._ack_args(job_id, outcome)
+            ack_args = self._ack_args(job_id, outcome, now)
             retried.append(ack_args[0] == "retry")
             args.extend((job_id, token, *ack_args))
         args.append(len(tokens))

@@ -20,12 +20,12 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from croniter import croniter
+from croniter import CroniterError, croniter
 
 from store import codec
 from store.chunks import iter_members
 from store.errors import InvalidRequestError, JobNotFoundError, JobStoreError
-from store.records import EnqueueRequest, EnqueueResult, ScheduleRecord
+from store.records import MAX_RUN_AT_MS, EnqueueRequest, EnqueueResult, ScheduleRecord
 
 if TYPE_CHECKING:
     from store.keys import StoreKeys
@@ -85,11 +85,17 @@ def _is_repeat(dt: datetime, tz: ZoneInfo) -> bool:
 
 
 def next_cron(expr: str, tz: str | None, after_ms: int) -> int | None:
-    """The first instant strictly after ``after_ms`` that matches ``expr`` in ``tz``."""
+    """The first instant strictly after ``after_ms`` that matches ``expr`` in ``tz``.
+
+    None when there is none up to MAX_RUN_AT_MS (an expression that never matches,
+    such as ``0 0 30 2 *``, or the end of the calendar).  croniter reports "no match"
+    with ``CroniterBadDateError`` (a ``CroniterError``, itself a ``ValueError``) on
+    6.x and 7.x alike; 7.0 dropped the alias on the ``croniter`` class.
+    """
     zi = zone(tz)
-    start = datetime.fromtimestamp(after_ms / 1000, UTC).astimezone(zi)
     fixed_hour = not any(c in expr.split()[1] for c in "*/")
     try:
+        start = datetime.fromtimestamp(after_ms / 1000, UTC).astimezone(zi)
         it = croniter(expr, start)
         for _ in range(4):
             candidate: datetime = it.get_next(datetime)
@@ -97,8 +103,9 @@ def next_cron(expr: str, tz: str | None, after_ms: int) -> int | None:
                 continue
             if fixed_hour and _is_repeat(candidate, zi):
                 continue
-            return _ms(candidate)
-    except (ValueError, KeyError, OverflowError, croniter.CroniterBadDateError):
+            found = _ms(candidate)
+            return found if found <= MAX_RUN_AT_MS else None
+    except (CroniterError, ValueError, KeyError, OverflowError, OSError):
         return None
     return None
 
@@ -115,7 +122,8 @@ def next_occurrence(schedule: ScheduleRecord, slot: int, now: int) -> int | None
     """The occurrence after ``slot`` given the time ``now`` (missed slots collapse)."""
     if schedule.every_ms:
         every = schedule.every_ms
-        return slot + ((max(0, now - slot) // every) + 1) * every
+        upcoming = slot + ((max(0, now - slot) // every) + 1) * every
+        return upcoming if upcoming <= MAX_RUN_AT_MS else None
     if schedule.cron:
         return next_cron(schedule.cron, schedule.tz, max(slot, now))
     return None
@@ -141,8 +149,11 @@ def tick_request(schedule: ScheduleRecord, slot: int) -> EnqueueRequest:
 # ---------------------------------------------------------------- encoding
 
 
-def encode_schedule(record: ScheduleRecord) -> list[str]:
-    """Field/value pairs of a schedule hash (absent fields are not sent)."""
+def encode_schedule(record: ScheduleRecord, now: int | None = None) -> list[str]:
+    """Field/value pairs of a schedule hash (absent fields are not sent).
+
+    ``now`` (default: the wall clock) bounds the backoff (see ``codec.check_backoff``).
+    """
     if not isinstance(record, ScheduleRecord):
         raise InvalidRequestError(f"expected a ScheduleRecord, got {type(record).__name__}")
     if not isinstance(record.key, str) or not record.key or "\0" in record.key:
@@ -165,6 +176,7 @@ def encode_schedule(record: ScheduleRecord) -> list[str]:
         ),
         "user",
         "",
+        now,
     )
     fields: dict[str, str] = {
         "job_name": job[2],
@@ -234,8 +246,12 @@ class ScheduleOperations:
         An invalid cron expression, time zone or interval is refused before
         anything is written.  Returns the record as stored.
         """
-        pairs = encode_schedule(record)
+        now = self.now()
+        pairs = encode_schedule(record, now)
+        if record.every_ms is not None:
+            codec.check_delay(record.every_ms, "every_ms", now)
         next_run_at = int(record.next_run_at)
+        codec.check_run_at(next_run_at, f"next_run_at {next_run_at}")
         stored = self._run("upsert_schedule", record.key, str(next_run_at), *pairs)
         self._signal_wake(record.queue)
         return decode_schedule(

@@ -78,6 +78,7 @@ from store.jobs import (
 )
 from store.limits import over_limit
 from store.records import (
+    MAX_RUN_AT_MS,
     AckOutcome,
     Cancelled,
     Complete,
@@ -192,7 +193,25 @@ def backoff_delay_ms(job: JobRecord | Job | Any, attempt: int) -> int:
     if policy.kind == "fixed":
         return int(policy.delay_ms)
     factor = 2.0 if policy.factor is None else float(policy.factor)
-    return int(round(policy.delay_ms * factor ** max(0, attempt - 1)))
+    try:
+        delay = policy.delay_ms * factor ** max(0, attempt - 1)
+    except OverflowError:
+        return MAX_RUN_AT_MS
+    return int(round(min(delay, MAX_RUN_AT_MS)))
+
+
+#: How far before MAX_RUN_AT_MS a worker's retry may land at the latest (the ack reads
+#: its clock a little after the delay is worked out).
+RETRY_MARGIN_MS = 86_400_000
+
+
+def bounded_retry_delay(delay: int, now: int) -> int:
+    """``delay`` cut so the retry runs no later than a day before MAX_RUN_AT_MS.
+
+    Enqueue refuses backoff policies that reach past it; this keeps jobs stored
+    before that check (or with a clock near the end of time) retryable.
+    """
+    return max(0, min(int(delay), MAX_RUN_AT_MS - RETRY_MARGIN_MS - now))
 
 
 class Worker:
@@ -909,7 +928,7 @@ class Worker:
             self.stats["failed"] += 1
             await self._report(definition, job, entry, failure, will_retry=False)
             return Fail(exit_value)
-        delay = backoff_delay_ms(job, attempt)
+        delay = bounded_retry_delay(backoff_delay_ms(job, attempt), self.store.now())
         self.stats["retried"] += 1
         await self._report(definition, job, entry, failure, will_retry=True, delay=delay)
         return Retry(delay, exit_value)

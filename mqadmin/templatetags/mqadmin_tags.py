@@ -6,9 +6,10 @@ payloads, names and ids are user data and may hold markup.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django import template
@@ -26,32 +27,87 @@ LONG_STRING = 240
 LONG_JSON_LINES = 40
 
 
-def _datetime(ms: int | float) -> datetime:
-    return datetime.fromtimestamp(int(ms) / 1000, UTC)
+#: The epoch milliseconds a ``datetime`` can hold: 0001-01-01T00:00:00Z to 9999-12-31T23:59:59.999Z.
+FIRST_MS = -62_135_596_800_000
+LAST_MS = 253_402_300_799_999
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
-def absolute(ms: int | float | None) -> str:
-    """``2026-12-02 17:33:05.120 UTC``."""
+def _whole(value: Any) -> int | None:
+    """``value`` as a whole number, or None when it is not one (NaN, inf, text)."""
+    try:
+        return int(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
+def _datetime(ms: Any) -> datetime | None:
+    """The UTC moment of epoch milliseconds ``ms``; None when no calendar date has it.
+
+    Stored times are whatever Redis holds (a delay given in microseconds, a damaged
+    hash): every helper here shows such a value as it is instead of failing the page.
+    """
+    value = _whole(ms)
+    if value is None or not FIRST_MS <= value <= LAST_MS:
+        return None
+    return _EPOCH + timedelta(milliseconds=value)
+
+
+def out_of_range(ms: Any) -> str:
+    """How a stored time outside the calendar is shown: the raw value, said plainly."""
+    value = _whole(ms)
+    return f"{ms} (not a time)" if value is None else f"{value} ms (out of range)"
+
+
+def _odd_time(ms: Any) -> SafeString:
+    return format_html(
+        '<span class="muted" title="A stored time that no calendar date has (epoch '
+        'milliseconds as stored)">{}</span>',
+        out_of_range(ms),
+    )
+
+
+def absolute(ms: Any) -> str:
+    """``2026-12-02 17:33:05.120 UTC`` (the raw value for a time outside the calendar)."""
     if ms is None:
         return ""
-    return _datetime(ms).strftime("%Y-%m-%d %H:%M:%S.") + f"{int(ms) % 1000:03d} UTC"
+    moment = _datetime(ms)
+    if moment is None:
+        return out_of_range(ms)
+    return (
+        f"{moment.year:04d}-"
+        + moment.strftime("%m-%d %H:%M:%S.")
+        + f"{moment.microsecond // 1000:03d} UTC"
+    )
 
 
-def relative(ms: int | float, now: int | float | None = None) -> str:
+def _iso(moment: datetime) -> str:
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def relative(ms: Any, now: Any = None) -> str:
     """``3 min ago`` / ``in 25 s`` (now: the wall clock, unless given)."""
-    reference = int(now if now is not None else time.time() * 1000)
-    delta = int(ms) - reference
+    value = _whole(ms)
+    if value is None:
+        return out_of_range(ms)
+    reference = _whole(now) if now is not None else None
+    if reference is None:
+        reference = int(time.time() * 1000)
+    delta = value - reference
     words = duration_words(abs(delta), coarse=True)
     if abs(delta) < 1000:
         return "just now"
     return f"in {words}" if delta > 0 else f"{words} ago"
 
 
-def duration_words(ms: int | float | None, coarse: bool = False) -> str:
+def duration_words(ms: Any, coarse: bool = False) -> str:
     """``340 ms``, ``2.1 s``, ``3 min 4 s``, ``2 h 5 min``, ``3 d 4 h``."""
     if ms is None:
         return ""
-    ms = int(ms)
+    whole = _whole(ms)
+    if whole is None:
+        return str(ms)
+    ms = whole
     if ms < 1000:
         return f"{ms} ms"
     seconds = ms / 1000
@@ -72,9 +128,12 @@ def reltime(ms: int | float | None, now: int | None = None) -> SafeString:
     """A relative time with the absolute UTC time as tooltip and machine-readable value."""
     if ms is None or ms == "":
         return mark_safe('<span class="muted">—</span>')
+    moment = _datetime(ms)
+    if moment is None:
+        return _odd_time(ms)
     return format_html(
         '<time datetime="{}" title="{}">{}</time>',
-        _datetime(ms).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+        _iso(moment),
         absolute(ms),
         relative(ms, now),
     )
@@ -90,10 +149,12 @@ def bothtimes(ms: int | float | None, now: int | None = None) -> SafeString:
     if ms is None or ms == "":
         return mark_safe('<span class="muted">—</span>')
     moment = _datetime(ms)
+    if moment is None:
+        return _odd_time(ms)
     return format_html(
         '{} <span class="muted">·</span> <time class="abs" datetime="{}" data-utc="{}">{}</time>',
         relative(ms, now),
-        moment.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+        _iso(moment),
         absolute(ms),
         absolute(ms),
     )
@@ -105,14 +166,18 @@ def abstime(ms: int | float | None, tz: str | None = None) -> SafeString:
     if ms is None or ms == "":
         return mark_safe('<span class="muted">—</span>')
     moment = _datetime(ms)
-    shown = moment.strftime("%Y-%m-%d %H:%M:%S UTC")
+    if moment is None:
+        return _odd_time(ms)
+    shown = f"{moment.year:04d}-" + moment.strftime("%m-%d %H:%M:%S UTC")
     if tz and tz != "UTC":
         from zoneinfo import ZoneInfo
 
-        shown = moment.astimezone(ZoneInfo(tz)).strftime("%a %Y-%m-%d %H:%M %Z")
+        # The first and last days of the calendar have no local time east/west of UTC.
+        with contextlib.suppress(OverflowError, ValueError):
+            shown = moment.astimezone(ZoneInfo(tz)).strftime("%a %Y-%m-%d %H:%M %Z")
     return format_html(
         '<time datetime="{}" title="{}">{}</time>',
-        moment.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+        _iso(moment),
         absolute(ms),
         shown,
     )
@@ -123,10 +188,13 @@ def countdown(until_ms: int | None, now: int | None = None) -> SafeString:
     """A live countdown to ``until_ms`` (``app.js`` ticks it; the text is right without JS)."""
     if until_ms is None:
         return mark_safe('<span class="muted">—</span>')
+    moment = _datetime(until_ms)
+    if moment is None:
+        return _odd_time(until_ms)
     return format_html(
         '<time class="countdown" data-until="{}" datetime="{}" title="{}">{}</time>',
         int(until_ms),
-        _datetime(until_ms).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+        _iso(moment),
         absolute(until_ms),
         relative(until_ms, now),
     )
@@ -187,9 +255,10 @@ def took(record: Any) -> str:
     """How long a finished job's last run took (finished - last claimed)."""
     finished = getattr(record, "finished_at", None)
     processed = getattr(record, "processed_at", None)
+    finished, processed = _whole(finished), _whole(processed)
     if finished is None or processed is None:
         return ""
-    return duration_words(max(0, int(finished) - int(processed)))
+    return duration_words(max(0, finished - processed))
 
 
 @register.filter
@@ -212,10 +281,13 @@ def keep_words(keep: Any) -> str:
 @register.filter
 def since(ms: int | float | None, now: int | None = None) -> str:
     """How long ago ``ms`` was, as a duration ("3 min")."""
-    if ms is None:
-        return ""
-    reference = int(now if now is not None else time.time() * 1000)
-    return duration_words(max(0, reference - int(ms)), coarse=True)
+    value = _whole(ms)
+    if value is None:
+        return "" if ms is None else out_of_range(ms)
+    reference = _whole(now) if now is not None else None
+    if reference is None:
+        reference = int(time.time() * 1000)
+    return duration_words(max(0, reference - value), coarse=True)
 
 
 @register.filter

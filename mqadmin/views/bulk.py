@@ -79,15 +79,15 @@ def bulk_selected(request: HttpRequest) -> HttpResponse:
     return page(request, RESULT, context)
 
 
-def _filter_form(data: Any) -> forms.BulkFilterForm:
-    return forms.BulkFilterForm(data)
+def _filter_form(data: Any, user: Any = None) -> forms.BulkFilterForm:
+    return forms.BulkFilterForm(data, user=user)
 
 
 @require_GET
 @dashboard_view
 def bulk_preview(request: HttpRequest) -> HttpResponse:
     """How many jobs the filter matches and ten of them, before anything runs."""
-    form = _filter_form(request.GET)
+    form = _filter_form(request.GET, request.user)
     if not form.is_valid():
         return error_page(request, 400, "Cannot preview that bulk action", forms.form_errors(form))
     query = form.to_query(dashboard.store_names()[0])
@@ -115,7 +115,7 @@ def bulk_preview(request: HttpRequest) -> HttpResponse:
 @dashboard_view
 def bulk_run(request: HttpRequest) -> HttpResponse:
     """Run the verb over the filter's matches (from ``resume`` on), one bounded request at a time."""
-    form = _filter_form(request.POST)
+    form = _filter_form(request.POST, request.user)
     if not form.is_valid():
         return error_page(request, 400, "Cannot run that bulk action", forms.form_errors(form))
     query = form.to_query(dashboard.store_names()[0])

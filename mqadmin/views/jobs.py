@@ -31,7 +31,7 @@ def explorer(request: HtmxHttpRequest) -> HttpResponse:
     the store cannot serve (ordering by run time without a queue, a disabled index)
     answers 400 with the reason next to the control that caused it.
     """
-    form = forms.JobFilterForm(request.GET)
+    form = forms.JobFilterForm(request.GET, user=request.user)
     store_name = _default_store()
     context = {"form": form, "states": dashboard.STATES, "order_labels": dashboard.ORDER_CHOICES}
     if not form.is_valid():

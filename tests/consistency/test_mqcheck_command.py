@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import subprocess
 import sys
@@ -148,3 +149,75 @@ def test_sigint_stops_after_the_current_page(configured, make_store, monkeypatch
     assert signal.getsignal(signal.SIGINT) is previous
     saved = last_check(store)
     assert saved is not None and saved["interrupted"] is True and saved["jobs"] < 1200
+
+
+def test_full_redis_exits_two_with_one_line(tmp_path, prefix):
+    """A Redis out of memory (noeviction) is an error: exit 2 and one line, no traceback.
+
+    A private redis-server (never the shared one) is filled, then capped at what it uses.
+    """
+    import redis
+
+    from store.embedded import EmbeddedRedis
+
+    server = EmbeddedRedis(tmp_path / "full-redis", appendonly=False)
+    url = server.ensure_running()
+    try:
+        client = redis.Redis.from_url(url, decode_responses=True)
+        store = RedisJobStore(client, prefix=prefix)
+        store.enqueue_many([req(payload={"i": i, "pad": "x" * 200}) for i in range(2000)])
+        store.close()
+        env = {
+            "PATH": "/usr/bin:/bin",
+            "MQ_REDIS_URL": url,
+            "MQ_PREFIX": prefix,
+            "DJANGO_SETTINGS_MODULE": "mqadmin.settings",
+            "DJANGO_SECRET_KEY": "test-only",
+        }
+
+        def mqcheck() -> subprocess.CompletedProcess[str]:
+            return subprocess.run(
+                [sys.executable, str(ROOT / "manage.py"), "mqcheck", "--repair"],
+                capture_output=True,
+                text=True,
+                env=env,
+                cwd=ROOT,
+                timeout=120,
+            )
+
+        # A first run while there is room: the store's setup writes are done.
+        assert mqcheck().returncode == 0
+        client.config_set("maxmemory-policy", "noeviction")
+        client.config_set("maxmemory", int(client.info("memory")["used_memory"]))
+        pad = 0
+        with contextlib.suppress(redis.exceptions.OutOfMemoryError):
+            while pad < 10_000:  # fill the last bytes so that any write is refused
+                client.set(f"{prefix}:pad:{pad}", "y" * 4096)
+                pad += 1
+        done = mqcheck()
+        assert done.returncode == 2, done.stdout + done.stderr
+        assert "Traceback" not in done.stderr
+        errors = [line for line in done.stderr.splitlines() if line.startswith("CommandError")]
+        assert len(errors) == 1 and "OOM" in errors[0], done.stderr
+    finally:
+        server.stop()
+
+
+def test_a_raw_redis_error_during_the_check_exits_two(configured, make_store, monkeypatch):
+    """An error that is not a StoreFailure (here Redis's OOM reply) still exits 2, one line."""
+    import redis
+
+    import store.consistency
+
+    make_store().enqueue(req())
+
+    def full(*args: Any, **kwargs: Any) -> Any:
+        raise redis.exceptions.OutOfMemoryError(
+            "command not allowed when used memory > 'maxmemory'."
+        )
+
+    monkeypatch.setattr(store.consistency, "check_store", full)
+    with pytest.raises(CommandError) as info:
+        run()
+    assert info.value.returncode == 2
+    assert "OutOfMemoryError" in str(info.value) and "\n" not in str(info.value)

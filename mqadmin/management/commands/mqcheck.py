@@ -7,6 +7,7 @@ exit status: 0 consistent, 1 problems found (and not all repaired), 2 error.
 
 from __future__ import annotations
 
+import contextlib
 import signal
 from typing import Any
 
@@ -52,11 +53,21 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        """Every error exits 2 with one line (a full Redis, a lost connection, a bug)."""
+        try:
+            self._check(options["store"], options["repair"])
+        except CommandError:
+            raise
+        except Exception as exc:  # the contract: 2 and one line, never a traceback
+            text = " ".join(str(exc).split()) or type(exc).__name__
+            raise CommandError(
+                f"mqcheck failed: {type(exc).__name__}: {text}", returncode=2
+            ) from exc
+
+    def _check(self, name: str, repair: bool) -> None:
         from store import StoreFailure
         from store.consistency import KINDS, REPAIRS, check_store
 
-        name: str = options["store"]
-        repair: bool = options["repair"]
         try:
             prefix = str(store_entry(name)["prefix"])
             job_store = open_store(name)
@@ -72,10 +83,12 @@ class Command(BaseCommand):
             with stop.installed():
                 report = check_store(job_store, repair=repair, progress=progress, should_stop=stop)
         except StoreFailure as exc:
-            raise CommandError(f"mqcheck failed: {exc}", returncode=2) from exc
+            text = " ".join(str(exc).split())
+            raise CommandError(f"mqcheck failed: {text}", returncode=2) from exc
         finally:
             line.done()
-            close_store(job_store)
+            with contextlib.suppress(Exception):  # never hide the error above
+                close_store(job_store)
 
         what = "checked and repaired" if repair else "checked"
         self.stdout.write(
