@@ -229,3 +229,38 @@ def test_readyz_and_check_pass_for_a_user_without_function(
         assert client.get("/readyz/").status_code == 200
     finally:
         services.reset()
+
+
+@pytest.mark.timeout(120)
+def test_a_full_server_can_still_be_listed_and_drained_in_scripts_mode() -> None:
+    """The EVALSHA fallback keeps the OOM-safe operations working on a full Redis 7
+    (their scripts carry the allow-oom shebang flag) and refuses the others whole."""
+    from bench.chaos import PrivateRedis
+    from tests.chaos.test_memory_pressure import fill, limit_memory
+
+    server = PrivateRedis().start()
+    admin = connect(server.url)
+    try:
+        if major(admin) < 7:
+            pytest.skip("the Function library (and so the fallback) needs Redis 7")
+        admin.execute_command(
+            "ACL", "SETUSER", "app", "reset", "on", ">pw", *rules_for("no-function-config", "", 7)
+        )
+        client = connect(user_url(server.url, "app", "pw"))
+        job_store = RedisJobStore(client, prefix="full")
+        try:
+            assert job_store._scripts.mode == "scripts"
+            limit_memory(admin, "noeviction")
+            ids, error = fill(job_store)
+            assert error is not None and "maxmemory" in str(error)
+            assert len(job_store.list(limit=5).items) == 5
+            assert job_store.remove(ids[0])
+            assert job_store.get_job(ids[0]) is None
+            admin.config_set("maxmemory", "0")
+            assert job_store.counts()["waiting"] == len(ids) - 1
+        finally:
+            job_store.close()
+            client.close()
+    finally:
+        admin.close()
+        server.close()
