@@ -21,6 +21,7 @@ class MqadminConfig(AppConfig):
         from mqadmin.checks import (
             check_eviction_policy,
             check_host_project,
+            check_store_scripts,
             check_store_settings,
         )
         from mqadmin.runtime import install_registry
@@ -28,6 +29,7 @@ class MqadminConfig(AppConfig):
         checks.register(check_store_settings)
         checks.register(check_host_project)
         checks.register(check_eviction_policy)
+        checks.register(check_store_scripts)
         install_registry()
         setting_changed.connect(_store_settings_changed, dispatch_uid="mqadmin-store-settings")
 

@@ -400,3 +400,58 @@ def check_eviction_policy(app_configs: Any = None, **kwargs: Any) -> list[CheckM
             )
         )
     return out
+
+
+def check_store_scripts(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """Error when a configured store's Redis user may not run the store's scripts (ACL).
+
+    Each store with a Redis URL runs one cheap read-only script of its own, as the
+    store would (EVALSHA, or a Redis Function on Redis 7 when the user may load one),
+    with a short timeout.  An unreachable Redis is the dashboard's to report, and the
+    embedded Redis (no URL) has no ACL users: neither is asked.
+    """
+    from redis.exceptions import RedisError
+
+    from mqadmin.services import configured_stores, store_url
+    from store import StoreFailure, connect
+    from store.connection import mask_url
+    from store.keys import StoreKeys
+    from store.redis_store import store_error
+    from store.scripts import ScriptRegistry, permission_problem
+
+    if validate_stores(getattr(settings, "MQ_STORES", None)):
+        return []  # E001 reports the settings first
+    out: list[CheckMessage] = []
+    for name, entry in sorted(configured_stores().items()):
+        url = store_url(entry)
+        if not url:
+            continue
+        try:
+            client = connect(
+                str(url), socket_timeout=CHECK_TIMEOUT_S, socket_connect_timeout=CHECK_TIMEOUT_S
+            )
+        except (StoreFailure, RedisError, OSError, ValueError):
+            continue
+        tag = StoreKeys(str(entry["prefix"])).tag
+        registry = None
+        try:
+            registry = ScriptRegistry(client, tag)
+            registry.probe()
+        except RedisError as exc:
+            if permission_problem(exc) is None:
+                continue  # not an ACL matter (unreachable, busy): the dashboard says it
+            out.append(
+                Error(
+                    f"store {name!r} on {mask_url(str(url))} cannot run its scripts: "
+                    f"{store_error('the script probe', exc, tag).message}",
+                    hint="Grant the store's Redis user the ACL in README "
+                    "'Restricted Redis users' (at least +evalsha +script|load +@read "
+                    f"+@write +publish on ~{tag}*).",
+                    id="mqadmin.E019",
+                )
+            )
+        finally:
+            if registry is not None:
+                registry.close()
+            client.close()
+    return out

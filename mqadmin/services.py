@@ -189,6 +189,19 @@ def get_named_store(name: str) -> Any:
         return job_store
 
 
+def check_store_scripts(name: str) -> None:
+    """Raise unless the configured store ``name`` can run its Lua scripts (``/readyz/``).
+
+    Builds (or reuses) the cached store and runs one cheap read-only script, so a Redis
+    user whose ACL refuses EVALSHA (or the store's keys) is "not ready", not "ready".
+
+    Raises:
+        store.JobStoreError: unreachable, or the scripts cannot run (the message names
+            the missing ACL permission).
+    """
+    get_named_store(name).check_scripts()
+
+
 def server_version(client: Any) -> str | None:
     """``redis_version`` from INFO (for a cluster: the distinct versions of its nodes)."""
     info = client.info("server")

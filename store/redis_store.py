@@ -61,7 +61,7 @@ from store.records import (
     StalledJob,
 )
 from store.schedules import ScheduleOperations
-from store.scripts import ScriptRegistry
+from store.scripts import ScriptRegistry, permission_problem
 from store.wake import BROADCAST, WakeHub
 
 logger = logging.getLogger(__name__)
@@ -137,13 +137,21 @@ class ClaimBatch:
     ack_errors: list[StoreFailure | None]
 
 
+def store_error(operation: str, exc: RedisError, tag: str = "") -> JobStoreError:
+    """The JobStoreError for a redis-py error; an ACL refusal names what the user lacks."""
+    problem = permission_problem(exc, tag)
+    if problem is not None:
+        return JobStoreError(f"{operation} failed: {problem} (Redis said: {exc})", exc)
+    return JobStoreError(f"{operation} failed: {exc}", exc)
+
+
 @contextlib.contextmanager
 def redis_errors(operation: str) -> Iterator[None]:
     """Connection and server errors reach callers as JobStoreError with the cause chained."""
     try:
         yield
     except RedisError as exc:
-        raise JobStoreError(f"{operation} failed: {exc}", exc) from exc
+        raise store_error(operation, exc) from exc
     except UnicodeDecodeError as exc:
         # Data written by a foreign client that is not UTF-8: refuse it clearly.
         raise JobStoreError(
@@ -185,7 +193,8 @@ class RedisJobStore(ScheduleOperations, FlowOperations, InsightOperations):
         self._id_generator = id_generator
         self._clock = clock or system_clock
         self._idx = ("1" if self.indexes["name"] else "0") + ("1" if self.indexes["queue"] else "0")
-        self._scripts = ScriptRegistry(client, self.keys.tag)
+        with redis_errors("loading the store's scripts"):
+            self._scripts = ScriptRegistry(client, self.keys.tag)
         self._wake = WakeHub(client, self.keys.wake)
         # Refuses a data layout this version does not know (store/layout.py).
         from store.layout import check_layout
@@ -211,12 +220,20 @@ class RedisJobStore(ScheduleOperations, FlowOperations, InsightOperations):
     def now(self) -> int:
         return int(self._clock())
 
+    def check_scripts(self) -> None:
+        """Run one cheap read-only script: raises JobStoreError (naming the missing ACL
+        permission, if that is why) when this Redis user cannot run the store's scripts."""
+        try:
+            self._scripts.probe()
+        except RedisError as exc:
+            raise store_error("running the store's scripts", exc, self.keys.tag) from exc
+
     def _run(self, script: str, *args: Any) -> Any:
         # The body of redis_errors(), inlined: this is every operation's hot path.
         try:
             reply = self._scripts(script, *args)
         except RedisError as exc:
-            raise JobStoreError(f"{script} failed: {exc}", exc) from exc
+            raise store_error(script, exc, self.keys.tag) from exc
         except UnicodeDecodeError as exc:
             raise JobStoreError(
                 f"{script} failed: Redis returned data that is not UTF-8 ({exc})", exc

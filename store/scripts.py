@@ -3,9 +3,10 @@
 Each atomic operation is one file in ``store/lua/``; the shared helpers in
 ``store/lua/lib/`` are stitched in front of it, in file-name order.  On a
 standalone Redis 7+ the whole set is loaded once as a Redis Function library
-(helpers are then built once per server, not on every call); on Redis 6.2 and
-on Redis Cluster each operation runs as a script via EVALSHA (reloaded on
-NOSCRIPT).  Either way a call passes the store's hash tag as its only key.
+(helpers are then built once per server, not on every call); on Redis 6.2, on
+Redis Cluster, and for a Redis user that may not run FUNCTION LOAD or FCALL
+(ACL), each operation runs as a script via EVALSHA (reloaded on NOSCRIPT).
+Either way a call passes the store's hash tag as its only key.
 
 Calls go over a per-thread connection of the client's pool settings, which
 avoids the pool checkout and health probes redis-py performs per command;
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import re
 import threading
 import weakref
 from pathlib import Path
@@ -23,7 +25,7 @@ from typing import Any
 
 import redis
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import NoPermissionError, NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 LUA_DIR = Path(__file__).with_name("lua")
@@ -31,6 +33,9 @@ LUA_DIR = Path(__file__).with_name("lua")
 #: Operations that read or only free memory: they must keep working on a full server
 #: (maxmemory with noeviction), so an operator can list jobs and remove them.
 OOM_SAFE = frozenset({"list", "remove", "sweep_history", "sweep_dedupes", "prune_keep"})
+
+#: The probe: ``oldest_runnable`` of the queue "" (no queue has that name) for the name "".
+PROBE = ("oldest_runnable", "", 1, 1, "")
 
 try:
     from hiredis import pack_command as _hiredis_pack
@@ -100,10 +105,65 @@ def _with_shebang(name: str, text: str, strict: bool) -> str:
     return ("#!lua flags=allow-oom\n" if name in OOM_SAFE else "#!lua\n") + text
 
 
+def is_permission_error(exc: BaseException) -> bool:
+    """Whether Redis refused a command (or a command inside a script) by the user's ACL."""
+    if isinstance(exc, NoPermissionError):
+        return True
+    # A command a script runs is refused with a plain ERR reply that says why.
+    return isinstance(exc, ResponseError) and "The user executing the script can't" in str(exc)
+
+
+#: The ACL category a refused command belongs to (the README lists the whole ACL).
+_CATEGORY = {
+    "evalsha": "@scripting",
+    "eval": "@scripting",
+    "script|load": "@scripting",
+    "fcall": "@scripting",
+    "publish": "@pubsub",
+    "subscribe": "@pubsub",
+    "ping": "@connection",
+}
+_REFUSED_COMMAND = re.compile(r"permissions to run the '([^']+)' command")
+
+
+def permission_problem(exc: BaseException, tag: str = "") -> str | None:
+    """For an ACL refusal, a sentence naming what the Redis user lacks; None otherwise."""
+    if not is_permission_error(exc):
+        return None
+    text = str(exc)
+    keys = f"~{tag}*" if tag else "the store's key pattern"
+    match = _REFUSED_COMMAND.search(text)
+    if match:
+        command = match.group(1).lower()
+        category = _CATEGORY.get(command.split("|")[0], "@read or @write")
+        return (
+            f"the Redis user may not run {command.upper().replace('|', ' ')} (ACL command "
+            f"'{command}', category {category}); grant it with ACL SETUSER <user> +{command} "
+            "(README: Restricted Redis users)"
+        )
+    if "channel" in text:
+        return (
+            "the Redis user may not use the store's wake channel (ACL channels); grant it with "
+            f"ACL SETUSER <user> &{tag}:wake (README: Restricted Redis users)"
+        )
+    if "key" in text:
+        return (
+            f"the Redis user may not access the store's keys (ACL keys); grant them with "
+            f"ACL SETUSER <user> {keys} (README: Restricted Redis users)"
+        )
+    return (
+        "the Redis user may not run a command of the store's scripts (ACL; ACL LOG names it); "
+        "the scripts need +@read +@write +publish (README: Restricted Redis users)"
+    )
+
+
 def _server_major(client: Any) -> int:
     """The lowest major version among the server(s) behind ``client`` (0 if unknown)."""
     try:
         info = client.info("server")
+    except NoPermissionError:
+        # INFO is in @dangerous; HELLO (any user may run it) says the version too.
+        return _hello_major(client)
     except redis.RedisError:
         return 0
     # A cluster client answers per node: {node: {field: value}}.
@@ -111,6 +171,24 @@ def _server_major(client: Any) -> int:
     try:
         return min(int(str(n["redis_version"]).split(".")[0]) for n in nodes)
     except (KeyError, ValueError):
+        return 0
+
+
+def _hello_major(client: Any) -> int:
+    try:
+        reply = client.execute_command("HELLO")
+    except redis.RedisError:
+        return 0
+    if isinstance(reply, list):  # RESP2: [field, value, field, value, ...]
+        reply = dict(zip(reply[::2], reply[1::2], strict=False))
+    if not isinstance(reply, dict):
+        return 0
+    version = reply.get("version", reply.get(b"version", ""))
+    if isinstance(version, bytes):
+        version = version.decode()
+    try:
+        return int(str(version).split(".")[0])
+    except ValueError:
         return 0
 
 
@@ -127,34 +205,62 @@ class ScriptRegistry:
         # request threads must not pin sockets); close() disconnects the rest.
         self._connections: weakref.WeakSet[Any] = weakref.WeakSet()
         self._lock = threading.Lock()
-        self._functions = self._direct and _server_major(client) >= 7
+        self._major = _server_major(client)
+        self._functions = self._direct and self._major >= 7
         # Per operation, the command words in front of its arguments.
         self._heads: dict[str, tuple[Any, ...]] = {}
         if self._functions:
             self._lib, self._lib_code = library()
-            self._load_library()
-        else:
-            # On Redis 7 a script with a shebang may not touch a second slot: on a
-            # cluster that turns the one-store-one-slot rule into an enforced error.
-            strict = not self._direct and _server_major(client) >= 7
-            self._texts = {
-                name: _with_shebang(name, script_text(name), strict) for name in script_names()
-            }
-            self._shas = {
-                name: hashlib.sha1(t.encode()).hexdigest() for name, t in self._texts.items()
-            }
-            self._scripts = {name: client.register_script(t) for name, t in self._texts.items()}
+            self._functions = self._load_library()
+        if not self._functions:
+            self._use_scripts()
+
+    def _use_scripts(self) -> None:
+        """Run each operation as a script (EVALSHA; SCRIPT LOAD on NOSCRIPT)."""
+        # On Redis 7 a script carries a shebang, so it behaves as the function would:
+        # refused whole on a full server unless the operation is OOM_SAFE, and on a
+        # cluster it may not touch a second slot (the one-store-one-slot rule enforced).
+        strict = self._major >= 7
+        texts = {name: _with_shebang(name, script_text(name), strict) for name in script_names()}
+        self._texts = texts
+        self._shas = {name: hashlib.sha1(t.encode()).hexdigest() for name, t in texts.items()}
+        self._scripts = {name: self._client.register_script(t) for name, t in texts.items()}
+
+    def probe(self) -> None:
+        """Run one cheap read-only operation (an empty sorted set read).
+
+        Raises the redis-py error when this Redis user may not run the store's scripts
+        (EVALSHA or SCRIPT LOAD refused, or the store's keys out of its ACL key pattern).
+        """
+        self(*PROBE)
 
     @property
     def mode(self) -> str:
         return "functions" if self._functions else "scripts"
 
-    def _load_library(self) -> None:
+    def _load_library(self) -> bool:
+        """Make sure the library is loaded; False when this user may not (ACL)."""
+        try:
+            if self._client.function_list(library=self._lib):
+                return True
+        except NoPermissionError:
+            pass  # a user may run FUNCTION LOAD without FUNCTION LIST: try it
         try:
             self._client.function_load(self._lib_code)
+        except NoPermissionError:
+            return False
         except ResponseError as exc:
             if "already exists" not in str(exc):
                 raise
+        return True
+
+    def _fall_back_to_scripts(self) -> None:
+        """FCALL (or the reload) was refused by the user's ACL: switch to scripts for good."""
+        with self._lock:
+            if self._functions:
+                self._use_scripts()
+                self._heads = {}
+                self._functions = False
 
     def _connection(self) -> Any:
         conn = getattr(self._local, "conn", None)
@@ -187,10 +293,20 @@ class ScriptRegistry:
             except NoScriptError:
                 conn.send_command("SCRIPT", "LOAD", self._texts[name])
                 conn.read_response()
+            except NoPermissionError as exc:
+                # Only FCALL itself refused switches modes (not a key the user may not touch).
+                if head[0] != "FCALL" or "'fcall'" not in str(exc).lower() or attempt == 2:
+                    raise
+                self._fall_back_to_scripts()
+                head = ("EVALSHA", self._shas[name], 1, self._tag)
+                packed = _pack(conn, head + args)
             except ResponseError as exc:
                 if "Function not found" not in str(exc) or attempt == 2:
                     raise
-                self._load_library()  # someone ran FUNCTION FLUSH
+                if not self._load_library():  # someone ran FUNCTION FLUSH
+                    self._fall_back_to_scripts()
+                    head = ("EVALSHA", self._shas[name], 1, self._tag)
+                    packed = _pack(conn, head + args)
             except (RedisConnectionError, RedisTimeoutError, OSError):
                 conn.disconnect()
                 if attempt == 2:

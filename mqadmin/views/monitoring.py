@@ -4,7 +4,8 @@
   logged-in dashboard user, or to a scraper sending ``Authorization: Bearer <token>``
   when ``settings.MQ_METRICS_TOKEN`` is set; anyone else gets 401.
 * ``healthz/``: 200 "ok" for anyone (the process serves requests); no detail.
-* ``readyz/``: 200 when every configured store's Redis answers PING, else 503 saying
+* ``readyz/``: 200 when every configured store's Redis answers PING and runs a cheap
+  read-only script of the store (a Redis ACL may refuse scripts), else 503 saying
   how many did not (no store name, URL or error text: the probe is unauthenticated).
 * ``metrics/jobs/``: the dashboard page of runs, failures and run times per job name.
 """
@@ -70,13 +71,14 @@ def healthz(request: HttpRequest) -> HttpResponse:
 @never_cache
 @require_GET
 def readyz(request: HttpRequest) -> HttpResponse:
-    """Readiness: every configured store's Redis answers PING."""
+    """Readiness: every configured store's Redis answers PING and runs the store's scripts."""
     stores = services.configured_stores()
     down = 0
     for name, entry in stores.items():
         try:
             client, _ = services.get_client(services.store_url(entry))
             client.ping()
+            services.check_store_scripts(name)  # a user the ACL keeps from EVALSHA is not ready
         except Exception as exc:  # any failure means "not ready"; the log says which store
             logger.warning("readyz: store %s unreachable (%s)", name, type(exc).__name__)
             down += 1
