@@ -191,7 +191,11 @@ class ScriptRegistry:
                 if "Function not found" not in str(exc) or attempt == 2:
                     raise
                 self._load_library()  # someone ran FUNCTION FLUSH
-            except (RedisConnectionError, RedisTimeoutError, OSError):
+            except RedisTimeoutError:
+                # The call may still run once the server answers: never send it twice.
+                conn.disconnect()
+                raise
+            except (RedisConnectionError, OSError):
                 conn.disconnect()
                 if attempt == 2:
                     raise
