@@ -47,6 +47,21 @@ def env_list(name: str, default: list[str]) -> list[str]:
     return [item.strip() for item in raw.split(",") if item.strip()]
 
 
+def positive_seconds(name: str, value: Any) -> float:
+    """A timeout setting (``int``, ``float`` or numeric text) as seconds.
+
+    Raises:
+        ImproperlyConfigured: not a positive, finite number.
+    """
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        seconds = 0.0
+    if isinstance(value, bool) or not 0 < seconds < float("inf"):
+        raise ImproperlyConfigured(f"{name}={value!r} must be a positive number of seconds")
+    return seconds
+
+
 def parse_database_url(url: str) -> dict[str, Any]:
     """A Django ``DATABASES`` entry for a PostgreSQL URL.
 

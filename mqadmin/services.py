@@ -39,6 +39,10 @@ _lock = threading.Lock()
 _clients: dict[str, tuple[Any, str]] = {}
 # (Redis URL key, prefix, store name) -> RedisJobStore.
 _stores: dict[tuple[str, str, str], Any] = {}
+# Redis URL key -> client of the health probes (short timeouts, no retries).
+_probes: dict[str, Any] = {}
+#: Seconds a health probe waits to connect to a store's Redis, and for its reply.
+PROBE_TIMEOUT_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -98,6 +102,27 @@ def embedded_data_dir() -> Path:
     return default_data_dir()
 
 
+def timeout_options() -> dict[str, float]:
+    """redis-py timeouts from the ``MQ_REDIS_CONNECT_TIMEOUT`` / ``MQ_REDIS_SOCKET_TIMEOUT``
+    settings (seconds); a setting left unset keeps the store's default (2 s / 3 s, or the
+    environment variables of the same names).
+
+    Raises:
+        ImproperlyConfigured: a setting is not a positive number.
+    """
+    from mqadmin.config import positive_seconds
+
+    options: dict[str, float] = {}
+    for setting, option in (
+        ("MQ_REDIS_CONNECT_TIMEOUT", "socket_connect_timeout"),
+        ("MQ_REDIS_SOCKET_TIMEOUT", "socket_timeout"),
+    ):
+        value = getattr(settings, setting, None)
+        if value is not None:
+            options[option] = positive_seconds(setting, value)
+    return options
+
+
 def new_client(url: str | None) -> Any:
     """A new (uncached) client for ``url``; None: the embedded Redis, started if needed.
 
@@ -108,11 +133,52 @@ def new_client(url: str | None) -> Any:
     from store.embedded import EmbeddedRedis
 
     if url:
-        return connect(url)
+        return connect(url, **timeout_options())
     # Started here rather than through connect(None), which would prefer an
     # MQ_REDIS_URL in the environment over the (possibly overridden) settings, and
     # would not know the project's data directory.
-    return connect(EmbeddedRedis(embedded_data_dir()).ensure_running())
+    return connect(EmbeddedRedis(embedded_data_dir()).ensure_running(), **timeout_options())
+
+
+def probe_client(entry: dict[str, Any]) -> Any:
+    """A cached client of one store entry's Redis for health probes.
+
+    It waits at most :data:`PROBE_TIMEOUT_S` to connect and for each reply, and never
+    retries, so a probe of a Redis that is down or frozen fails fast.  For the embedded
+    Redis, the shared client is opened first (starting the server if needed).
+
+    Raises:
+        store.JobStoreError: Redis unreachable.
+    """
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
+
+    from store.connection import connect
+    from store.embedded import EmbeddedRedis
+
+    url = store_url(entry)
+    key = url or ""
+    with _lock:
+        cached = _probes.get(key)
+    if cached is not None:
+        return cached
+    if url is None:
+        get_client(None)
+        target = EmbeddedRedis(embedded_data_dir()).url
+    else:
+        target = url
+    # Connected outside the lock: a frozen Redis must not hold up the other stores' probes.
+    client = connect(
+        target,
+        socket_connect_timeout=PROBE_TIMEOUT_S,
+        socket_timeout=PROBE_TIMEOUT_S,
+        retry=Retry(NoBackoff(), 0),
+    )
+    with _lock:
+        kept = _probes.setdefault(key, client)
+    if kept is not client:
+        client.close()
+    return kept
 
 
 def store_url(entry: dict[str, Any]) -> str | None:
@@ -265,9 +331,10 @@ def reset() -> None:
     """Drop cached stores and clients (settings changed, or a test wants a clean slate)."""
     with _lock:
         stores = list(_stores.values())
-        clients = [client for client, _ in _clients.values()]
+        clients = [client for client, _ in _clients.values()] + list(_probes.values())
         _stores.clear()
         _clients.clear()
+        _probes.clear()
     for job_store in stores:
         close = getattr(job_store, "close", None)
         if close is not None:

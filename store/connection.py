@@ -12,6 +12,13 @@ Every client decodes replies to ``str`` (``decode_responses=True``): the store r
 on it.  Connection trouble while connecting is raised as
 :class:`~store.errors.JobStoreError` with the redis-py exception chained and any
 password masked out of the message.
+
+Every Redis call is bounded: clients get a connect timeout (``socket_connect_timeout``,
+default 2 s, ``$MQ_REDIS_CONNECT_TIMEOUT``) and a socket timeout for each reply
+(``socket_timeout``, default 3 s, ``$MQ_REDIS_SOCKET_TIMEOUT``); keyword arguments of
+:func:`connect` override both.  Refused or dropped connections are retried (a Redis
+restart); a timed-out command is not: it may still run once the server answers again,
+so it is reported (``TimeoutError``) rather than sent a second time.
 """
 
 from __future__ import annotations
@@ -26,7 +33,6 @@ import redis.cluster
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisClusterException, RedisError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
 from store.embedded import EmbeddedRedis, default_data_dir
@@ -38,7 +44,16 @@ logger = logging.getLogger(__name__)
 URL_ENV = "MQ_REDIS_URL"
 # Seconds between liveness checks of an idle pooled connection before reuse.
 HEALTH_CHECK_INTERVAL_S = 30
-# Retry of connection/timeout errors: 5 attempts, 0.1 s doubling to at most 2 s between.
+# Seconds to establish a connection, and to wait for any one reply (settings below).  A
+# healthy Redis answers every store call in milliseconds (each script is bounded); one
+# that says nothing for 3 s is stuck, and a dashboard page should say so within seconds.
+CONNECT_TIMEOUT_S = 2.0
+SOCKET_TIMEOUT_S = 3.0
+# Environment variables overriding those two defaults (seconds, a positive number).
+CONNECT_TIMEOUT_ENV = "MQ_REDIS_CONNECT_TIMEOUT"
+SOCKET_TIMEOUT_ENV = "MQ_REDIS_SOCKET_TIMEOUT"
+# Retry of refused/dropped connections (never of timeouts): 5 retries, 0.05 s doubling to
+# at most 2 s between.
 RETRY_ATTEMPTS = 5
 RETRY_BACKOFF_BASE_S = 0.05
 RETRY_BACKOFF_CAP_S = 2.0
@@ -55,8 +70,38 @@ Client = redis.Redis | redis.cluster.RedisCluster
 
 
 def _retry() -> Retry:
+    # Only connection errors: redis-py's default also retries timeouts, which would send
+    # a command that may already be queued on the server (a frozen one, say) again.
     return Retry(
-        ExponentialBackoff(cap=RETRY_BACKOFF_CAP_S, base=RETRY_BACKOFF_BASE_S), RETRY_ATTEMPTS
+        ExponentialBackoff(cap=RETRY_BACKOFF_CAP_S, base=RETRY_BACKOFF_BASE_S),
+        RETRY_ATTEMPTS,
+        supported_errors=(RedisConnectionError,),
+    )
+
+
+def _env_seconds(name: str, default: float) -> float:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = 0.0
+    if not value > 0 or value == float("inf"):
+        raise InvalidRequestError(f"{name}={raw!r} must be a positive number of seconds")
+    return value
+
+
+def default_timeouts() -> tuple[float, float]:
+    """(connect timeout, socket timeout) in seconds: the environment's, else 2 s and 3 s.
+
+    Raises:
+        InvalidRequestError: ``$MQ_REDIS_CONNECT_TIMEOUT`` or ``$MQ_REDIS_SOCKET_TIMEOUT``
+            is set to something other than a positive number.
+    """
+    return (
+        _env_seconds(CONNECT_TIMEOUT_ENV, CONNECT_TIMEOUT_S),
+        _env_seconds(SOCKET_TIMEOUT_ENV, SOCKET_TIMEOUT_S),
     )
 
 
@@ -70,7 +115,8 @@ def connect(url: str | None = None, *, cluster: bool = False, **kwargs: Any) -> 
             started if needed and used over its unix socket.
         cluster: treat a ``redis://``/``rediss://`` URL as a Redis Cluster startup node.
         **kwargs: extra redis-py client options; they override this module's defaults
-            (``decode_responses`` is always True).
+            (``decode_responses`` is always True), e.g. ``socket_timeout`` and
+            ``socket_connect_timeout`` (default: :func:`default_timeouts`) or ``retry``.
 
     Returns:
         A ``redis.Redis``, or a ``redis.cluster.RedisCluster`` for cluster URLs.
@@ -110,11 +156,17 @@ def connect(url: str | None = None, *, cluster: bool = False, **kwargs: Any) -> 
     return client
 
 
+def _timeout_options() -> dict[str, Any]:
+    connect_timeout, socket_timeout = default_timeouts()
+    return {"socket_connect_timeout": connect_timeout, "socket_timeout": socket_timeout}
+
+
 def _standalone_client(url: str, kwargs: dict[str, Any]) -> redis.Redis:
     options: dict[str, Any] = {
         "health_check_interval": HEALTH_CHECK_INTERVAL_S,
         "retry": _retry(),
-        "retry_on_error": [RedisConnectionError, RedisTimeoutError],
+        "retry_on_error": [RedisConnectionError],
+        **_timeout_options(),
     }
     # TCP keepalive only exists for TCP; redis-py's unix connection rejects the option.
     if urlsplit(url).scheme.lower() != "unix":
@@ -142,6 +194,7 @@ def _cluster_client(url: str, kwargs: dict[str, Any]) -> redis.cluster.RedisClus
         # attempts); per-node retry options are not accepted by RedisCluster.
         "retry": _retry(),
         "socket_keepalive": True,
+        **_timeout_options(),
     }
     if CLUSTER_SCHEMES.get(scheme, scheme == "rediss"):
         options["ssl"] = True

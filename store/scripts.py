@@ -307,7 +307,11 @@ class ScriptRegistry:
                     self._fall_back_to_scripts()
                     head = ("EVALSHA", self._shas[name], 1, self._tag)
                     packed = _pack(conn, head + args)
-            except (RedisConnectionError, RedisTimeoutError, OSError):
+            except RedisTimeoutError:
+                # The call may still run once the server answers: never send it twice.
+                conn.disconnect()
+                raise
+            except (RedisConnectionError, OSError):
                 conn.disconnect()
                 if attempt == 2:
                     raise

@@ -4,9 +4,12 @@
   logged-in dashboard user, or to a scraper sending ``Authorization: Bearer <token>``
   when ``settings.MQ_METRICS_TOKEN`` is set; anyone else gets 401.
 * ``healthz/``: 200 "ok" for anyone (the process serves requests); no detail.
-* ``readyz/``: 200 when every configured store's Redis answers PING and runs a cheap
-  read-only script of the store (a Redis ACL may refuse scripts), else 503 saying
-  how many did not (no store name, URL or error text: the probe is unauthenticated).
+* ``readyz/``: 200 when every configured store passes every check of
+  :data:`READINESS_CHECKS` (its Redis answers PING, and the store runs one cheap read-only script: a Redis ACL may refuse scripts), else 503 saying how many did
+  not (no store name, URL or error text: the probe is unauthenticated; the log names
+  them).  Stores are checked concurrently over short-timeout probe clients that never
+  retry, so the answer comes within :data:`READYZ_DEADLINE_S` whatever Redis does (down,
+  frozen, unreachable): a check still running then counts as failed.
 * ``metrics/jobs/``: the dashboard page of runs, failures and run times per job name.
 """
 
@@ -14,6 +17,11 @@ from __future__ import annotations
 
 import hmac
 import logging
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_futures
+from typing import Any
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
@@ -68,20 +76,65 @@ def healthz(request: HttpRequest) -> HttpResponse:
     return _plain("ok\n")
 
 
+#: /readyz/ answers within this many seconds, whatever the stores' Redis servers do.
+READYZ_DEADLINE_S = 1.5
+
+#: A readiness check: given the store's name and a probe client of its Redis (short
+#: timeouts, no retries: :func:`mqadmin.services.probe_client`), return when the store
+#: is ready, raise anything when it is not.
+ReadinessCheck = Callable[[str, Any], None]
+
+
+def ping_check(name: str, client: Any) -> None:
+    """The store's Redis answers PING."""
+    client.ping()
+
+
+#: What /readyz/ asks of every store, in this order (all stores at once, each store's
+#: checks one after another, all within :data:`READYZ_DEADLINE_S`).
+def scripts_check(name: str, client: Any) -> None:
+    """The store runs a cheap read-only script (a user the ACL keeps from EVALSHA is not ready)."""
+    services.check_store_scripts(name)
+
+
+READINESS_CHECKS: list[ReadinessCheck] = [ping_check, scripts_check]
+
+
+def _store_ready(name: str, entry: dict[str, Any]) -> None:
+    client = services.probe_client(entry)
+    for check in READINESS_CHECKS:
+        check(name, client)
+
+
 @never_cache
 @require_GET
 def readyz(request: HttpRequest) -> HttpResponse:
-    """Readiness: every configured store's Redis answers PING and runs the store's scripts."""
+    """Readiness: every configured store passes :data:`READINESS_CHECKS`, checked concurrently."""
     stores = services.configured_stores()
+    started = time.monotonic()
+    pool = ThreadPoolExecutor(max_workers=len(stores), thread_name_prefix="mq-readyz")
+    try:
+        futures: dict[str, Future[None]] = {
+            name: pool.submit(_store_ready, name, entry) for name, entry in stores.items()
+        }
+        wait_futures(futures.values(), timeout=READYZ_DEADLINE_S)
+    finally:
+        # Never wait for a check still blocked on Redis: it ends by its own timeouts.
+        pool.shutdown(wait=False, cancel_futures=True)
     down = 0
-    for name, entry in stores.items():
-        try:
-            client, _ = services.get_client(services.store_url(entry))
-            client.ping()
-            services.check_store_scripts(name)  # a user the ACL keeps from EVALSHA is not ready
-        except Exception as exc:  # any failure means "not ready"; the log says which store
-            logger.warning("readyz: store %s unreachable (%s)", name, type(exc).__name__)
-            down += 1
+    for name, future in futures.items():
+        exc = future.exception() if future.done() else None
+        if not future.done():
+            reason = f"no answer within {READYZ_DEADLINE_S} s"
+        elif exc is not None:
+            url = services.store_url(stores[name])
+            reason = f"{type(exc).__name__}: {services.public_error(exc, url)}"
+        else:
+            continue
+        # Any failure means "not ready"; only the log says which store and why.
+        logger.warning("readyz: store %s not ready (%s)", name, reason)
+        down += 1
+    logger.debug("readyz: %d store(s) checked in %.3f s", len(stores), time.monotonic() - started)
     if down:
         return _plain(f"not ready: {down} of {len(stores)} stores unreachable\n", 503)
     return _plain("ready\n")
