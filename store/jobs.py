@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from store import codec
 from store.clock import blocking_sleep_ms, sleep_ms
 from store.errors import (
     InvalidRequestError,
