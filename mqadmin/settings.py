@@ -13,6 +13,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import django
+
 from mqadmin.config import (
     database_config,
     env_bool,
@@ -44,8 +46,9 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "django_htmx",
-    "template_partials",
     "mqadmin",
+    # Django 5.2: the template partials package (built into Django 6).
+    *(["template_partials"] if django.VERSION < (6, 0) else []),
 ]
 
 MIDDLEWARE = [
