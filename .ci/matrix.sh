@@ -86,7 +86,8 @@ print("|---|---|---|---|---|---|---|")
 for s in report["sessions"]:
     if not s["name"] == "matrix":
         continue
-    python, django = s["args"]["python"], s["args"]["django"]
+    # "matrix(3.13-6.1)": nox's report names the combination in the signature.
+    python, django = s["signatures"][0].partition("(")[2].rstrip(")").split("-")
     status = {"success": "PASSED", "failed": "FAILED", "skipped": "SKIPPED"}.get(s["result"], s["result"].upper())
     path = results / f"{python}-{django}.json"
     suites = json.loads(path.read_text())["suites"] if path.exists() else {}
