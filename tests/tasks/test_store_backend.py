@@ -27,7 +27,7 @@ from mqadmin.tasks import (
 from store import EnqueueRequest
 from store.errors import InvalidRequestError
 from tests.tasks import sample_tasks as t
-from tests.tasks.conftest import default_task_backend, tasks_setting
+from tests.tasks.conftest import TASK_DEFAULTS, default_task_backend, tasks_setting
 
 try:
     from django.tasks import TaskResultStatus, task_backends
@@ -408,7 +408,7 @@ def _function_in(module: str) -> Any:
 def test_task_from_a_module_the_worker_cannot_import_is_refused(
     module: str, backend: Any, main_store: Any
 ) -> None:
-    task = backend.task_class(func=_function_in(module), backend="default")
+    task = backend.task_class(func=_function_in(module), backend="default", **TASK_DEFAULTS)
     with pytest.raises(InvalidTaskError, match="import"):
         task.enqueue()
     assert sum(main_store.counts().values()) == 0
@@ -419,7 +419,7 @@ def test_function_defined_in_a_function_is_refused(backend: Any) -> None:
         return None
 
     with pytest.raises(InvalidTaskError, match="module level"):
-        backend.task_class(func=local, backend="default")
+        backend.task_class(func=local, backend="default", **TASK_DEFAULTS)
 
 
 # ---------------------------------------------------------------------- the worker
