@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import django
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Warning
 
@@ -39,12 +40,22 @@ def check_store_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMe
 REQUIRED_APPS: tuple[tuple[str, str, str], ...] = (
     ("django.contrib.auth", "logins and the per-action permissions", "mqadmin.E002"),
     ("django.contrib.contenttypes", "the permissions' content type", "mqadmin.E003"),
-    (
-        "template_partials",
-        "the pages' {% partialdef %} fragments that htmx swaps in",
-        "mqadmin.E004",
-    ),
 )
+
+#: Django 5.2 only: the template partials package (Django 6.0 has them built in).
+PARTIALS_APP = (
+    "template_partials",
+    "the pages' {% partialdef %} fragments that htmx swaps in",
+    "mqadmin.E004",
+)
+
+
+def required_apps(version: tuple[Any, ...] | None = None) -> tuple[tuple[str, str, str], ...]:
+    """The apps the running Django (or ``version``) needs: template_partials only before 6.0."""
+    if (version or django.VERSION) >= (6, 0):
+        return REQUIRED_APPS
+    return (*REQUIRED_APPS, PARTIALS_APP)
+
 
 #: (middleware, why, check id) — each must be in MIDDLEWARE.
 REQUIRED_MIDDLEWARE: tuple[tuple[str, str, str], ...] = (
@@ -105,10 +116,16 @@ def check_required_apps() -> list[CheckMessage]:
     return [
         Error(
             f"mqadmin needs {app!r} in INSTALLED_APPS ({why}).",
-            hint=f"Add {app!r} to INSTALLED_APPS.",
+            hint=f"Add {app!r} to INSTALLED_APPS."
+            + (
+                ' On Django 5.2 it comes with pip install "mqadmin[django52]" '
+                "(Django 6.0 and later have template partials built in)."
+                if app == PARTIALS_APP[0]
+                else ""
+            ),
             id=check_id,
         )
-        for app, why, check_id in REQUIRED_APPS
+        for app, why, check_id in required_apps()
         if app not in installed
     ]
 

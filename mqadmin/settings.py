@@ -17,6 +17,8 @@ import os
 from datetime import timedelta
 from pathlib import Path
 
+import django
+
 from mqadmin.config import (
     database_config,
     env_bool,
@@ -48,8 +50,9 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "django_htmx",
-    "template_partials",
     "mqadmin",
+    # Django 5.2: the template partials package (built into Django 6).
+    *(["template_partials"] if django.VERSION < (6, 0) else []),
     # Login throttling (django-axes, the "site" extra): see "-- auth" below.
     "axes",
 ]

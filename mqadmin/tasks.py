@@ -68,7 +68,7 @@ except ImportError:  # Django 5.2 with the django-tasks backport
 from store.errors import InvalidRequestError, JobStoreError
 from store.jobs import Job, current_job, unrecoverable
 from store.keys import NUL
-from store.records import AttemptRecord, EnqueueRequest, JobRecord
+from store.records import AttemptRecord, BackoffPolicy, EnqueueRequest, JobRecord
 from store.registry import StoreRegistry, default_registry
 
 logger = logging.getLogger(__name__)
@@ -122,13 +122,51 @@ class TaskNotImportable(ImportError):
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class StoreTask(Task):  # type: ignore[misc,valid-type]
-    """The backend's task class: a Task that may ask for ``enqueue_on_commit``.
+    """The backend's task class: a Task with the store's per-task options.
 
-    ``@task(enqueue_on_commit=True)``; ``None`` follows the backend's
-    ``ENQUEUE_ON_COMMIT`` option.
+    Django 6.1 (and the django-tasks backport) pass ``@task`` keyword arguments on to
+    this class, so a task can override the backend's ``OPTIONS`` for itself::
+
+        @task(attempts=3, backoff={"kind": "exponential", "delay_ms": 1000},
+              timeout_ms=30_000, enqueue_on_commit=True)
+        def send_invoice(invoice_id: int) -> None: ...
+
+    Each option has the meaning of the ``OPTIONS`` entry of the same name in capitals
+    (``ATTEMPTS``: runs including the first; ``BACKOFF``: a store backoff policy, a
+    mapping ``{"kind": "fixed" | "exponential", "delay_ms": ..., "factor": ...}``;
+    ``TIMEOUT_MS``: the run's time limit; ``ENQUEUE_ON_COMMIT``); ``None`` (the
+    default) follows the backend's option.  They are checked when the task is defined
+    (``InvalidTask`` on Django 6, ``InvalidTaskError`` with the backport).  Django 6.0's
+    ``@task`` takes no such arguments: there, a second ``TASKS`` alias with other
+    ``OPTIONS`` (``@task(backend="retrying")``) gives a group of tasks other options.
     """
 
     enqueue_on_commit: bool | None = None
+    attempts: int | None = None
+    backoff: BackoffPolicy | None = None
+    timeout_ms: int | None = None
+
+    def __post_init__(self) -> None:
+        # A mapping becomes the store's (frozen, hashable) policy; a bad one is an InvalidTask.
+        if self.backoff is not None and not isinstance(self.backoff, BackoffPolicy):
+            try:
+                policy = BackoffPolicy.coerce(self.backoff)
+                if policy is None or policy.kind not in ("fixed", "exponential"):
+                    raise ValueError(f"unknown kind {getattr(policy, 'kind', None)!r}")
+                int(policy.delay_ms)
+            except (InvalidRequestError, TypeError, ValueError, AttributeError) as exc:
+                raise InvalidTaskError(
+                    f"backoff must be a store backoff policy such as "
+                    f'{{"kind": "exponential", "delay_ms": 1000}}, got {self.backoff!r} ({exc})'
+                ) from exc
+            object.__setattr__(self, "backoff", policy)
+        Task.__post_init__(self)
+
+
+def _own(task: Task, name: str, default: Any) -> Any:
+    """The task's own store option ``name`` (a StoreTask field), else the backend's."""
+    value = getattr(task, name, None)
+    return default if value is None else value
 
 
 def _ms_to_dt(ms: int | None) -> datetime | None:
@@ -220,6 +258,33 @@ class StoreBackend(BaseTaskBackend):  # type: ignore[misc,valid-type]
                 id="mqadmin.E201",
             )
 
+    def validate_task(self, task: Task) -> None:
+        """Django's checks, then the store options a :class:`StoreTask` carries."""
+        super().validate_task(task)
+        attempts = getattr(task, "attempts", None)
+        if attempts is not None and (type(attempts) is not int or attempts < 1):
+            raise InvalidTaskError(
+                f"attempts must be a whole number of runs (including the first) >= 1, "
+                f"got {attempts!r}."
+            )
+        timeout_ms = getattr(task, "timeout_ms", None)
+        if timeout_ms is not None and (type(timeout_ms) is not int or timeout_ms <= 0):
+            raise InvalidTaskError(
+                f"timeout_ms must be a positive whole number of milliseconds, got {timeout_ms!r}."
+            )
+        on_commit = getattr(task, "enqueue_on_commit", None)
+        if on_commit is not None and not isinstance(on_commit, bool):
+            raise InvalidTaskError(
+                f"enqueue_on_commit must be True, False or None, got {on_commit!r}."
+            )
+        backoff = getattr(task, "backoff", None)
+        if backoff is not None and not isinstance(backoff, BackoffPolicy):
+            raise InvalidTaskError(f"backoff must be a store backoff policy, got {backoff!r}.")
+        if backoff is not None and (type(backoff.delay_ms) is not int or backoff.delay_ms < 0):
+            raise InvalidTaskError(
+                f"backoff delay_ms must be a whole number of milliseconds >= 0, got {backoff.delay_ms!r}."
+            )
+
     # ------------------------------------------------------------ helpers
 
     @property
@@ -271,10 +336,10 @@ class StoreBackend(BaseTaskBackend):  # type: ignore[misc,valid-type]
             payload={"args": args, "kwargs": kwargs},
             id=job_id,
             priority=task.priority,
-            attempts_max=self.attempts,
-            backoff=self.backoff,
+            attempts_max=_own(task, "attempts", self.attempts),
+            backoff=_own(task, "backoff", self.backoff),
             keep=self.keep,
-            timeout_ms=self.timeout_ms,
+            timeout_ms=_own(task, "timeout_ms", self.timeout_ms),
             delay_ms=delay,
         )
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+import django
 import pytest
 from django.conf import settings as django_settings
 from django.contrib.auth import get_user_model
@@ -29,6 +30,7 @@ from django.urls import reverse
 import mqadmin
 from mqadmin import services
 from mqadmin.models import AuditEntry
+from mqadmin.views.common import CONTENT_SECURITY_POLICY
 from store import EnqueueRequest, RedisJobStore, ScheduleRecord
 from tests.conftest import delete_prefix
 from tests.mqadmin.test_views_common import completed_job, failed_job, fan_out
@@ -521,3 +523,78 @@ def test_ensure_admin_creates_a_superuser_of_the_hosts_user_model(
     admin = get_user_model().objects.get()
     assert (admin.email, admin.is_superuser) == ("root@example.com", True)
     assert admin.check_password("pw-for-tests")
+
+
+# -- Django 6's Content Security Policy in the host ---------------------------------------
+
+# An inline <script> (no src), a <style> element, a style="" attribute, an on*="" handler.
+INLINE_CODE = re.compile(
+    r"<script(?![^>]*\bsrc=)[^>]*>|<style\b|\sstyle=\"|\son[a-z]+=\"", re.IGNORECASE
+)
+
+
+@pytest.mark.skipif(
+    django.VERSION < (6, 0), reason="Django 6.0 added SECURE_CSP and its middleware"
+)
+@pytest.mark.parametrize("name", PAGES)
+def test_pages_work_under_the_hosts_csp_with_nonces(
+    name: str, settings: Any, seeded: Seeded, member: Callable[..., Client]
+) -> None:
+    from django.utils.csp import CSP
+
+    # The host turns on Django's CSP: a nonce-based policy enforced, another reported.
+    settings.MIDDLEWARE = [
+        *settings.MIDDLEWARE,
+        "django.middleware.csp.ContentSecurityPolicyMiddleware",
+    ]
+    settings.SECURE_CSP = {
+        "default-src": [CSP.SELF],
+        "script-src": [CSP.SELF, CSP.NONCE],
+        "style-src": [CSP.SELF, CSP.NONCE],
+    }
+    settings.SECURE_CSP_REPORT_ONLY = {
+        "default-src": [CSP.SELF],
+        "script-src": [CSP.SELF],
+        "style-src": [CSP.SELF],
+        "img-src": [CSP.SELF, "data:"],
+    }
+    client = member(*ALL_PERMISSIONS, staff=True)
+    url, fragment = pages(seeded)[name]
+    for headers in ({}, {"HX-Request": "true"}):
+        response = client.get(url, headers=headers)
+        assert response.status_code == 200, response.content[:300]
+        # The app's own strict policy stands (the middleware leaves a view's header alone),
+        # and the page has nothing inline that it, or the host's nonce policy, would block.
+        policy = response["Content-Security-Policy"]
+        assert policy == CONTENT_SECURITY_POLICY
+        assert "unsafe-inline" not in policy and "unsafe-eval" not in policy
+        html = response.content.decode()
+        assert not INLINE_CODE.findall(html), (name, INLINE_CODE.findall(html)[:3])
+        assert "Content-Security-Policy-Report-Only" in response
+        assert f'id="{fragment}"' in html
+
+    # The host's own pages get the host's policy (the middleware is at work).
+    sign_in = Client().get(LOGIN_PATH)
+    assert (
+        sign_in["Content-Security-Policy"]
+        == "default-src 'self'; script-src 'self'; style-src 'self'"
+    )
+
+
+@pytest.mark.skipif(
+    django.VERSION < (6, 0), reason="Django 6.0 added SECURE_CSP and its middleware"
+)
+def test_error_pages_work_under_the_hosts_csp(
+    settings: Any, seeded: Seeded, member: Callable[..., Client]
+) -> None:
+    from django.utils.csp import CSP
+
+    settings.MIDDLEWARE = [
+        *settings.MIDDLEWARE,
+        "django.middleware.csp.ContentSecurityPolicyMiddleware",
+    ]
+    settings.SECURE_CSP = {"default-src": [CSP.SELF], "script-src": [CSP.SELF, CSP.NONCE]}
+    response = member().get(reverse("mqadmin:job", args=["nowhere", "j-1"]))
+    assert response.status_code == 404
+    assert response["Content-Security-Policy"] == CONTENT_SECURITY_POLICY
+    assert not INLINE_CODE.findall(response.content.decode())

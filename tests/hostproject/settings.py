@@ -14,6 +14,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import django
+
 from mqadmin.config import parse_database_url
 
 BASE_DIR = Path(__file__).resolve().parent
@@ -30,8 +32,9 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "tests.hostproject.members",
-    "template_partials",
     "mqadmin",
+    # Django 5.2: the template partials package (built into Django 6).
+    *(["template_partials"] if django.VERSION < (6, 0) else []),
 ]
 
 MIDDLEWARE = [

@@ -9,11 +9,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import django
 import pytest
 from django.core.management import call_command
 from django.core.management.base import SystemCheckError
 
-from mqadmin.checks import check_host_project, check_store_settings
+from mqadmin.checks import check_host_project, check_store_settings, required_apps
 from mqadmin.services import configured_stores, embedded_data_dir
 
 
@@ -47,7 +48,13 @@ def test_mq_prefix_alone_names_the_default_store(settings: Any) -> None:
     [
         ("django.contrib.auth", "mqadmin.E002"),
         ("django.contrib.contenttypes", "mqadmin.E003"),
-        ("template_partials", "mqadmin.E004"),
+        pytest.param(
+            "template_partials",
+            "mqadmin.E004",
+            marks=pytest.mark.skipif(
+                django.VERSION >= (6, 0), reason="Django 6 has template partials built in"
+            ),
+        ),
     ],
 )
 def test_a_missing_app_is_named(settings: Any, app: str, check_id: str) -> None:
@@ -87,6 +94,22 @@ def test_authentication_before_sessions_is_an_error(settings: Any) -> None:
     settings.MIDDLEWARE = [auth, session, *rest]
 
     assert ids(check_host_project()) == ["mqadmin.E010"]
+
+
+@pytest.mark.skipif(django.VERSION < (6, 0), reason="Django 5.2 needs the package")
+def test_django_6_does_not_ask_for_template_partials(settings: Any) -> None:
+    settings.INSTALLED_APPS = [a for a in settings.INSTALLED_APPS if a != "template_partials"]
+
+    assert check_host_project() == []
+
+
+@pytest.mark.parametrize(
+    ("version", "asked"), [((5, 2, 9, "final", 0), True), ((6, 0, 0, "final", 0), False)]
+)
+def test_template_partials_is_asked_for_only_before_django_6(
+    version: tuple[Any, ...], asked: bool
+) -> None:
+    assert ("template_partials" in [app for app, _, _ in required_apps(version)]) is asked
 
 
 def test_no_django_templates_engine(settings: Any) -> None:

@@ -123,6 +123,12 @@ def test_wheel_metadata_lists_the_runtime_dependencies(dist_dir: Path) -> None:
         metadata = archive.read("mqadmin-0.1.0.dist-info/METADATA").decode().lower()
     for requirement in ("django", "redis", "django-htmx", "django-template-partials"):
         assert f"requires-dist: {requirement}" in metadata, requirement
+    # Django 5.2 LTS to 6.1; template partials required only where Django 6 cannot run
+    # (Python 3.11), and both 5.2 backports in the django52 extra.
+    assert "requires-dist: django<6.2,>=5.2" in metadata
+    assert "requires-dist: django-template-partials; python_version < '3.12'" in metadata
+    assert "requires-dist: django-template-partials; extra == 'django52'" in metadata
+    assert "requires-dist: django-tasks>=0.12; extra == 'django52'" in metadata
 
 
 def test_sdist_holds_the_source_folders_once(sdist_names: set[str]) -> None:

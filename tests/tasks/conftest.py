@@ -25,6 +25,8 @@ except ImportError:
     from django_tasks import default_task_backend, task_backends
 
 BACKEND = "mqadmin.tasks.StoreBackend"
+# Fields Django 6.0's Task requires (6.1 and the backport give them defaults).
+TASK_DEFAULTS = {"priority": 0, "queue_name": "default", "run_after": None}
 
 
 def tasks_setting(**extra: Any) -> dict[str, Any]:
@@ -82,4 +84,4 @@ def run_worker() -> Callable[..., str]:
     return run
 
 
-__all__ = ["BACKEND", "default_task_backend", "tasks_setting"]
+__all__ = ["BACKEND", "TASK_DEFAULTS", "default_task_backend", "tasks_setting"]

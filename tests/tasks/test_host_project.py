@@ -14,7 +14,14 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+import django
 import pytest
+
+# README: Django 6 has template partials and the Tasks framework built in; on Django 5.2
+# they come from the django-template-partials and django-tasks packages (their apps).
+DJANGO_6 = django.VERSION >= (6, 0)
+DJANGO52_APPS = "" if DJANGO_6 else '"template_partials", "django_tasks",'
+TASKS_IMPORT = "django.tasks" if DJANGO_6 else "django_tasks"
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -32,10 +39,9 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django_htmx",
-    "template_partials",
     "mqadmin",
-    "django_tasks",
     "shop",
+    @django52_apps@
 ]
 MIDDLEWARE = [
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -70,7 +76,7 @@ TASKS = {
 """
 
 TASKS_MODULE = """
-from django_tasks import task
+from @tasks_module@ import task
 
 
 @task(queue_name="emails", priority=10)
@@ -98,14 +104,16 @@ def test_readme_steps_in_a_host_project(tmp_path: Path, redis_url: str, prefix: 
     write(project / "hostproj" / "__init__.py", "")
     write(
         project / "hostproj" / "settings.py",
-        SETTINGS.replace("@redis_url@", redis_url).replace("@prefix@", prefix),
+        SETTINGS.replace("@redis_url@", redis_url)
+        .replace("@prefix@", prefix)
+        .replace("@django52_apps@", DJANGO52_APPS),
     )
     write(
         project / "hostproj" / "urls.py",
         "urlpatterns = []  # the tasks backend and the worker need no URLs\n",
     )
     write(project / "shop" / "__init__.py", "")
-    write(project / "shop" / "tasks.py", TASKS_MODULE)
+    write(project / "shop" / "tasks.py", TASKS_MODULE.replace("@tasks_module@", TASKS_IMPORT))
 
     checked = run(project, "-m", "django", "check")
     assert "mqadmin.E201" not in checked.stdout + checked.stderr

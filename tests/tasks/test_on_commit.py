@@ -11,7 +11,7 @@ from mqadmin.tasks import InvalidTaskError, TaskResultDoesNotExist
 from store import Job
 from store.errors import InvalidRequestError, JobStoreError
 from tests.tasks import sample_tasks as t
-from tests.tasks.conftest import default_task_backend, tasks_setting
+from tests.tasks.conftest import TASK_DEFAULTS, default_task_backend, tasks_setting
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -77,13 +77,17 @@ def test_outside_a_transaction_the_task_is_written_at_once(
 
 
 def test_a_task_can_ask_for_on_commit_itself(backend: Any, main_store: Any) -> None:
-    deferred = backend.task_class(func=t.noop_task.func, enqueue_on_commit=True)
+    deferred = backend.task_class(
+        func=t.noop_task.func, enqueue_on_commit=True, backend="default", **TASK_DEFAULTS
+    )
     with transaction.atomic():
         result = deferred.enqueue()
         assert total(main_store) == 0
     assert main_store.get_job(result.id) is not None
     # ... and opt out of a backend-wide ENQUEUE_ON_COMMIT.
-    immediate = backend.task_class(func=t.noop_task.func, enqueue_on_commit=False)
+    immediate = backend.task_class(
+        func=t.noop_task.func, enqueue_on_commit=False, backend="default", **TASK_DEFAULTS
+    )
     with transaction.atomic():
         assert main_store.get_job(immediate.enqueue().id) is not None
 

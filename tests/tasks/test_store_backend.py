@@ -26,14 +26,18 @@ from mqadmin.tasks import (
 from store import EnqueueRequest
 from store.errors import InvalidRequestError
 from tests.tasks import sample_tasks as t
-from tests.tasks.conftest import default_task_backend, tasks_setting
+from tests.tasks.conftest import TASK_DEFAULTS, default_task_backend, tasks_setting
 
 try:
     from django.tasks import TaskResultStatus, task_backends
     from django.tasks.base import Task
+
+    TASKS_LOGGER = "django.tasks"  # the framework's own log (Django 6)
 except ImportError:
     from django_tasks import TaskResultStatus, task_backends
     from django_tasks.base import Task
+
+    TASKS_LOGGER = "django_tasks"  # the backport's
 
 pytestmark = pytest.mark.django_db
 
@@ -96,9 +100,9 @@ def test_enqueue_task_async(task: Task, main_store: Any) -> None:
 
 
 def test_enqueue_logs(caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.DEBUG, logger="django_tasks"):
+    with caplog.at_level(logging.DEBUG, logger=TASKS_LOGGER):
         result = t.noop_task.enqueue()
-    lines = [r.getMessage() for r in caplog.records if r.name == "django_tasks"]
+    lines = [r.getMessage() for r in caplog.records if r.name == TASKS_LOGGER]
     assert len(lines) == 1 and "enqueued" in lines[0] and result.id in lines[0]
 
 
@@ -252,9 +256,9 @@ def test_context(run_worker: Any) -> None:
 
 def test_started_finished_logs(run_worker: Any, caplog: pytest.LogCaptureFixture) -> None:
     result = t.noop_task.enqueue()
-    with caplog.at_level(logging.DEBUG, logger="django_tasks"):
+    with caplog.at_level(logging.DEBUG, logger=TASKS_LOGGER):
         run_worker()
-    lines = [r.getMessage() for r in caplog.records if r.name == "django_tasks"]
+    lines = [r.getMessage() for r in caplog.records if r.name == TASKS_LOGGER]
     assert len(lines) == 2, lines
     assert "state=RUNNING" in lines[0] and result.id in lines[0]
     assert "state=SUCCESSFUL" in lines[1] and result.id in lines[1]
@@ -262,9 +266,9 @@ def test_started_finished_logs(run_worker: Any, caplog: pytest.LogCaptureFixture
 
 def test_failed_logs(run_worker: Any, caplog: pytest.LogCaptureFixture) -> None:
     result = t.failing_task_value_error.enqueue()
-    with caplog.at_level(logging.DEBUG, logger="django_tasks"):
+    with caplog.at_level(logging.DEBUG, logger=TASKS_LOGGER):
         run_worker()
-    records = [r for r in caplog.records if r.name == "django_tasks"]
+    records = [r for r in caplog.records if r.name == TASKS_LOGGER]
     assert len(records) == 2
     assert "state=RUNNING" in records[0].getMessage()
     assert "state=FAILED" in records[1].getMessage() and result.id in records[1].getMessage()
@@ -404,7 +408,7 @@ def _function_in(module: str) -> Any:
 def test_task_from_a_module_the_worker_cannot_import_is_refused(
     module: str, backend: Any, main_store: Any
 ) -> None:
-    task = backend.task_class(func=_function_in(module), backend="default")
+    task = backend.task_class(func=_function_in(module), backend="default", **TASK_DEFAULTS)
     with pytest.raises(InvalidTaskError, match="import"):
         task.enqueue()
     assert sum(main_store.counts().values()) == 0
@@ -415,7 +419,7 @@ def test_function_defined_in_a_function_is_refused(backend: Any) -> None:
         return None
 
     with pytest.raises(InvalidTaskError, match="module level"):
-        backend.task_class(func=local, backend="default")
+        backend.task_class(func=local, backend="default", **TASK_DEFAULTS)
 
 
 # ---------------------------------------------------------------------- the worker
