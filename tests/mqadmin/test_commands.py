@@ -13,8 +13,14 @@ from django.contrib.auth import authenticate
 from django.contrib.auth.models import User
 from django.core.management import call_command
 from django.core.management.base import CommandError
+from django.test import RequestFactory
 
 from store.embedded import EmbeddedRedis
+
+
+def _login_request():
+    """A login request: django-axes (the development project's throttle) needs one."""
+    return RequestFactory().post("/accounts/login/")
 
 
 def run(*args: str) -> str:
@@ -87,7 +93,7 @@ def test_ensure_admin_generates_a_password_once(
     assert stat.S_IMODE(password_file.stat().st_mode) == 0o600
     assert password in first
     assert str(password_file) in first
-    user = authenticate(username="admin", password=password)
+    user = authenticate(_login_request(), username="admin", password=password)
     assert user is not None and user.is_superuser
 
     second = run("ensure_admin")
@@ -106,7 +112,10 @@ def test_ensure_admin_uses_mq_admin_password(
 
     assert "chosen-by-the-operator" not in output
     assert not (tmp_path / "admin_password").exists()
-    assert authenticate(username="admin", password="chosen-by-the-operator") is not None
+    assert (
+        authenticate(_login_request(), username="admin", password="chosen-by-the-operator")
+        is not None
+    )
 
 
 @pytest.mark.django_db
@@ -120,7 +129,9 @@ def test_ensure_admin_reuses_a_stored_password_after_a_database_reset(
     output = run("ensure_admin")
 
     assert "noted-down-earlier" not in output
-    assert authenticate(username="admin", password="noted-down-earlier") is not None
+    assert (
+        authenticate(_login_request(), username="admin", password="noted-down-earlier") is not None
+    )
 
 
 @pytest.mark.django_db
