@@ -3,6 +3,13 @@
     bash bench/setup_peers.sh                          # once: bench/.venv-dtasks
     .venv/bin/python bench/django_tasks_bench.py       # defaults: ~2 minutes on 2 cores
     .venv/bin/python bench/django_tasks_bench.py --runs 5 --n 10000 > /tmp/table.md
+    .venv/bin/python bench/django_tasks_bench.py --django 6.1   # bench/.venv-dtasks-6.1
+
+``--django 5.2`` (default): ours from the project's venv (Django 5.2 + the django-tasks
+backport), the peers from bench/.venv-dtasks.  ``--django 6.1``: every backend from
+bench/.venv-dtasks-6.1 (Python 3.12/3.13, Django 6.1, the project installed editable), ours and
+django-tasks-redis on Django's own ``django.tasks``; django-tasks-rq 0.12 has no native
+Django 6 support, so it runs there through the backport it depends on (as its users would).
 
 Two figures per backend, each through the Django Tasks API on the same private Redis:
 
@@ -46,6 +53,9 @@ from bench.throughput import (  # noqa: E402
 
 OURS_PYTHON = REPO_DIR / ".venv" / "bin" / "python"
 PEERS_PYTHON = BENCH_DIR / ".venv-dtasks" / "bin" / "python"
+#: --django 6.1: one venv for every backend (bench/setup_peers.sh creates it when a Python 3.12+
+#: interpreter is found).
+DJANGO61_PYTHON = BENCH_DIR / ".venv-dtasks-6.1" / "bin" / "python"
 LIBS = ("ours", "redis", "rq")
 TITLES = {
     "ours": "mqadmin.tasks.StoreBackend",
@@ -65,11 +75,24 @@ def parse_cli(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--cpu-pin", choices=("same", "split", "none"), default="same")
     parser.add_argument("--prefetch", type=int, default=50, help="our worker's claim batch")
     parser.add_argument("--json", type=Path, default=None, help="also write the raw runs here")
+    parser.add_argument(
+        "--django",
+        choices=("5.2", "6.1"),
+        default="5.2",
+        help="5.2: .venv + bench/.venv-dtasks (default); 6.1: bench/.venv-dtasks-6.1 for all",
+    )
     return parser.parse_args(argv)
 
 
+def python_for(lib: str, django: str) -> Path:
+    """The interpreter one backend runs from on the chosen Django release."""
+    if django == "6.1":
+        return DJANGO61_PYTHON
+    return OURS_PYTHON if lib == "ours" else PEERS_PYTHON
+
+
 def run_one(lib: str, mode: str, n: int, url: str, args: argparse.Namespace, cpu: Any) -> dict:
-    python = OURS_PYTHON if lib == "ours" else PEERS_PYTHON
+    python = python_for(lib, args.django)
     cmd = [
         str(python), "-m", "bench.peers.django_tasks_driver",
         "--lib", lib, "--mode", mode, "--redis-url", url, "--n", str(n),
@@ -95,6 +118,12 @@ def run_one(lib: str, mode: str, n: int, url: str, args: argparse.Namespace, cpu
     return dict(json.loads(lines[-1]))
 
 
+def django_version(runs: dict[tuple[str, str], list[dict]]) -> str:
+    """The Django release the drivers reported (one venv per release, so one value)."""
+    found = sorted({r["django"] for rs in runs.values() for r in rs if r.get("django")})
+    return ", ".join(found) or "?"
+
+
 def fmt(rate: float | None) -> str:
     return "—" if rate is None else f"{rate:,.0f}"
 
@@ -102,9 +131,12 @@ def fmt(rate: float | None) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = parse_cli(argv)
     libs = [lib for lib in args.only.split(",") if lib]
-    missing = [lib for lib in libs if lib != "ours" and not PEERS_PYTHON.exists()]
+    missing = [lib for lib in libs if not python_for(lib, args.django).exists()]
     if missing:
-        sys.stderr.write("django_tasks_bench: run `bash bench/setup_peers.sh` first\n")
+        where = python_for(missing[0], args.django).parent.parent
+        sys.stderr.write(
+            f"django_tasks_bench: {where} is missing: run `bash bench/setup_peers.sh`\n"
+        )
         return 1
     binary = find_redis_server()
     if binary is None:
@@ -150,7 +182,8 @@ def main(argv: list[str] | None = None) -> int:
 
     out = sys.stdout
     out.write(
-        f"Django Tasks throughput, tasks/s (median of {args.runs} [min-max]); Redis {version}, "
+        f"Django Tasks throughput on Django {django_version(runs)}, tasks/s "
+        f"(median of {args.runs} [min-max]); Redis {version}, "
         f"{cpu.describe()}; N={args.n} (django-tasks-rq drain N={args.rq_drain_n}).\n\n"
     )
     out.write("| backend | enqueue | drain | redis µs/task (enqueue, drain) | worker |\n")

@@ -3,6 +3,8 @@
 #   bench/.venv-peers  rq, dramatiq, bullmq (Python port), celery  (+ the project, see below)
 #   bench/.venv-arq    arq 0.28.0, which needs redis<6 (bullmq needs redis>=6.2)
 #   bench/.venv-dtasks django-tasks-rq and django-tasks-redis (bench/django_tasks_bench.py)
+#   bench/.venv-dtasks-6.1  the same peers and the project on Django 6.1 (django_tasks_bench.py
+#                      --django 6.1), with the newest Python 3.13/3.12 found (skipped if none)
 # Idempotent: a venv is created only if missing, and pip runs again only when its
 # requirements file (or the project's pyproject.toml, or this script) changed since the last
 # successful run. --force reinstalls regardless.
@@ -108,11 +110,57 @@ setup_dtasks_venv() {
     echo "$want" >"$stamp"
 }
 
+find_python312() {
+    # The newest Python 3.13 or 3.12: on PATH first, then among pyenv's versions (not its shims).
+    local v p version
+    for v in 3.13 3.12; do
+        p="$(command -v "python$v" 2>/dev/null || true)"
+        if [[ -n "$p" && "$p" != */.pyenv/shims/* ]] && "$p" -c '' 2>/dev/null; then
+            echo "$p"
+            return
+        fi
+        if command -v pyenv >/dev/null 2>&1; then
+            version="$(pyenv versions --bare 2>/dev/null | grep -E "^${v//./\\.}(\.[0-9]+)?$" | sort -V | tail -1 || true)"
+            p="$(pyenv root)/versions/$version/bin/python$v"
+            if [[ -n "$version" && -x "$p" ]]; then
+                echo "$p"
+                return
+            fi
+        fi
+    done
+}
+
+setup_dtasks61_venv() {
+    local venv="$BENCH_DIR/.venv-dtasks-6.1"
+    local req="$BENCH_DIR/requirements-dtasks-6.1.txt"
+    local stamp="$venv/.bench-stamp"
+    local python want
+    python="$(find_python312)"
+    if [[ -z "$python" ]]; then
+        echo "setup_peers: no Python 3.12/3.13 found: skipping $venv (django_tasks_bench.py --django 6.1)"
+        return
+    fi
+    want="$(fingerprint "$req" "$REPO_DIR/pyproject.toml"; "$python" -c 'import sys; print(sys.version)')"
+    if [[ $FORCE == 0 && -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
+        echo "setup_peers: $venv is up to date"
+        return
+    fi
+    [[ -x "$venv/bin/python" ]] || { echo "setup_peers: creating $venv with $python"; "$python" -m venv "$venv"; }
+    # The project first (it allows Django 6.1), then the pinned peers and Django 6.1 itself.
+    "$venv/bin/python" -m pip install --quiet -e "$REPO_DIR" -r "$req"
+    "$venv/bin/python" -m pip check || echo "setup_peers: WARNING: pip check reported conflicts in $venv" >&2
+    echo "$want" >"$stamp"
+}
+
 setup_peers_venv
 setup_arq_venv
 setup_dtasks_venv
+setup_dtasks61_venv
 
 echo "setup_peers: installed versions"
 "$BENCH_DIR/.venv-peers/bin/python" -m pip list 2>/dev/null | grep -iE '^(rq|dramatiq|bullmq|celery|kombu|redis|hiredis) '
 "$BENCH_DIR/.venv-arq/bin/python" -m pip list 2>/dev/null | grep -iE '^(arq|redis|hiredis) '
 "$BENCH_DIR/.venv-dtasks/bin/python" -m pip list 2>/dev/null | grep -iE '^(django|django-tasks|django-tasks-rq|django-tasks-redis|django-rq|rq|redis) '
+if [[ -x "$BENCH_DIR/.venv-dtasks-6.1/bin/python" ]]; then
+    "$BENCH_DIR/.venv-dtasks-6.1/bin/python" -m pip list 2>/dev/null | grep -iE '^(django|django-tasks|django-tasks-rq|django-tasks-redis|django-rq|rq|redis) '
+fi

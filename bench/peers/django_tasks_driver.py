@@ -8,15 +8,20 @@
 * ``drain``: N tasks enqueued the same way (not timed), then the backend's own worker, in
   this process, from its start until the queue is empty (each lib's burst/one-shot mode).
 
-ours runs from the project's venv; rq (django-tasks-rq) and redis (django-tasks-redis) from
-bench/.venv-dtasks. django-tasks-redis is written for Django 6's ``django.tasks``; on this
-machine's Python 3.11 / Django 5.2 the driver aliases ``django.tasks`` to the backport.
+On Django 5.2 ours runs from the project's venv; rq (django-tasks-rq) and redis
+(django-tasks-redis) from bench/.venv-dtasks. django-tasks-redis is written for Django 6's
+``django.tasks``; on Python 3.11 / Django 5.2 the driver aliases ``django.tasks`` to the
+backport.  On Django 6.x (bench/.venv-dtasks-6.1) ours and django-tasks-redis use Django's own
+``django.tasks``; django-tasks-rq is built on the backport only, so its task is declared with
+the backport's ``@task`` (``BENCH_DTASKS_API=backport``, read by bench/peers/dtasks.py).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import io
+import os
 import sys
 import types
 from importlib.metadata import version
@@ -61,6 +66,11 @@ def alias_django_tasks() -> None:
     sys.modules["django.utils.json"] = utils_json
 
 
+def native_tasks() -> bool:
+    """Whether the running Django ships ``django.tasks`` (6.0 and later)."""
+    return importlib.util.find_spec("django.tasks") is not None
+
+
 def configure(args: argparse.Namespace) -> None:
     from django.conf import settings
 
@@ -74,8 +84,11 @@ def configure(args: argparse.Namespace) -> None:
         apps.append("django_rq")
         tasks = {"BACKEND": "django_tasks_rq.RQBackend", "QUEUES": ["default"]}
         extra["RQ_QUEUES"] = {"default": {"URL": args.redis_url}}
+        if native_tasks():
+            os.environ["BENCH_DTASKS_API"] = "backport"
     else:
-        alias_django_tasks()
+        if not native_tasks():
+            alias_django_tasks()
         apps.append("django_tasks_redis")
         tasks = {
             "BACKEND": "django_tasks_redis.backends.RedisTaskBackend",
@@ -156,9 +169,21 @@ def main(argv: list[str] | None = None) -> None:
         timer.start()
         variant, api = drain(args)
         timer.stop()
+    import django
+
     package = {"ours": "mqadmin", "rq": "django-tasks-rq", "redis": "django-tasks-redis"}[args.lib]
-    lib_version = f"{package} {version(package)}, django-tasks {version('django-tasks')}"
-    emit(f"django-tasks/{args.lib}", args, timer, variant=variant, api=api, version=lib_version)
+    lib_version = f"{package} {version(package)}, Django {django.get_version()}"
+    if args.lib == "rq" or not native_tasks():
+        lib_version += f", django-tasks backport {version('django-tasks')}"
+    emit(
+        f"django-tasks/{args.lib}",
+        args,
+        timer,
+        variant=variant,
+        api=api,
+        version=lib_version,
+        django=django.get_version(),
+    )
 
 
 if __name__ == "__main__":
