@@ -118,7 +118,7 @@ class ErrorGroup:
 
 
 def error_group_id(error_type: str, module: str, message: str) -> str:
-    """The group id the fail path gives an error (mirrors ``lua/lib/08a_errors.lua``)."""
+    """The group id the fail path gives an error (mirrors ``lua/lib/errors.lua``)."""
     import hashlib
 
     raw = message.encode("utf-8")[:300]

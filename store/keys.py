@@ -2,7 +2,7 @@
 
 All keys of the store with prefix ``p`` live under the hash tag ``{p}``, so a
 store maps to a single Redis Cluster slot and several stores spread over a
-cluster.  The Lua side builds the same names in ``lua/lib/01_keys.lua``; keep
+cluster.  The Lua side builds the same names in ``lua/lib/keys.lua``; keep
 the two in step.  Two user strings in one key or member are joined with NUL.
 """
 

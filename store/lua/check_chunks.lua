@@ -1,5 +1,5 @@
 -- check_chunks: mqcheck over the structure of one chunked set
--- (lib/02b_chunks.lua: the all-jobs set, a name or queue index).
+-- (lib/chunks.lua: the all-jobs set, a name or queue index).
 --
 -- KEYS[1]  the store's hash tag
 -- ARGV[1]  '1' to repair, '0' to report only

@@ -9,7 +9,7 @@
 --          order value, members are job ids), then m, then m metadata key/value pairs,
 --          then the length of a prefix every member carries before its job id
 --          (the waiting sets' 16-digit sequence; '' or absent = 0), then '1'
---          when the sources are chunked sets (lib/02b_chunks.lua: the all-jobs
+--          when the sources are chunked sets (lib/chunks.lua: the all-jobs
 --          set and the list indexes, scored by enqueued_at)
 --
 -- Reply: {more, truncated, scanned, item_value, item_id, seen_value, seen_id,

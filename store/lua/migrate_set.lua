@@ -1,6 +1,6 @@
 -- migrate_set: turn one plain sorted set of layout 2 (the all-jobs set, a name
 -- or queue index: members job ids scored by enqueued_at) into a chunked set
--- (lib/02b_chunks.lua) under the same key, a bounded batch per call
+-- (lib/chunks.lua) under the same key, a bounded batch per call
 -- (manage.py migrate_store).
 --
 -- KEYS[1]  the store's hash tag

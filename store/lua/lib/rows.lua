@@ -289,7 +289,7 @@ local function insert_job(id, r, dedupe_key, now, idx, seq, acc)
     wkey, score, member, field = rt.delayed, run_at_s, id, rt.delayed_field
   end
   if not acc then
-    -- The chunked sets' row goes to their head (lib/02b_chunks.lua): score, id,
+    -- The chunked sets' row goes to their head (lib/chunks.lua): score, id,
     -- index flags and 'a' for a store-assigned id, queue, name.  The row that
     -- makes 128 (640 items) folds it; a later read in this call folds it again.
     local flags = r.mode == 'auto' and string.sub(idx, 1, 2) .. 'a' or string.sub(idx, 1, 2)
