@@ -10,6 +10,10 @@ from __future__ import annotations
 
 NUL = "\0"
 
+#: Digits of the zero-padded FIFO ordinal that starts a waiting-set member (the job id
+#: follows it); ``WAITING_SEQ_WIDTH`` / ``WAITING_SEQ_ZEROS`` in lua/lib/keys.lua.
+WAITING_SEQ_WIDTH = 16
+
 
 class StoreKeys:
     """Key names of one store."""

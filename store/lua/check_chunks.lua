@@ -30,9 +30,9 @@ local function report(detail)
 end
 
 if what == 'size' then
-  local current = tonumber(redis.call('HGET', B .. ':ixcount', dir)) or 0
+  local current = tonumber(redis.call('HGET', k_ixcount(), dir)) or 0
   if current ~= tonumber(ARGV[5]) then return { out, 0 } end
-  redis.call('HSET', B .. ':ixcount', dir, ARGV[6])
+  redis.call('HSET', k_ixcount(), dir, ARGV[6])
   return { out, 1 }
 end
 

@@ -19,7 +19,7 @@ cz_fold()
 local kind, arg = ARGV[1], ARGV[2]
 local dir = cz_set_key(kind, arg)
 local n = math.max(1, math.min(tonumber(ARGV[3]) or 500, 500))
-local stage = B .. ':migrate:' .. string.sub(dir, #B + 2)
+local stage = k_migrating(dir)
 if redis.call('EXISTS', stage) == 0 then
   local head = redis.call('ZRANGE', dir, 0, 0)
   if #head == 0 or string.find(head[1], NUL, 1, true) then return { 0, 0 } end
