@@ -4,7 +4,7 @@ A sorted set of more than ``zset-max-listpack-entries`` members (128 by default)
 skiplist, about 110 bytes a member; a listpack about 25.  The all-jobs set ``all`` and the
 optional ``byname:<name>`` / ``byqueue:<queue>`` indexes hold every job, so they are kept
 in chunks of at most 64 members (half the listpack limit: cheaper to fill) that stay
-listpacks (``lua/lib/02b_chunks.lua`` has the algorithm):
+listpacks (``lua/lib/chunks.lua`` has the algorithm):
 
 * ``<index key>`` is the directory: one entry per chunk, member ``<lower bound id> NUL
   <chunk number>``, scored by the lower bound's score;
@@ -31,7 +31,7 @@ from store.keys import NUL, StoreKeys
 #: Members a chunk holds at most (CZ_CAP; zset-max-listpack-entries is 128 by default).
 #: Layout 3 filled chunks to 128: those are split when they next take a member.
 CHUNK_CAPACITY = 64
-#: Rows the head holds at most (insert_job in lua/lib/03_rows.lua folds it at 5 x 128
+#: Rows the head holds at most (insert_job in lua/lib/rows.lua folds it at 5 x 128
 #: items), five items each.
 HEAD_ROWS = 128
 HEAD_ROW_ITEMS = 5

@@ -237,7 +237,7 @@ def validate_metadata(metadata: Any) -> Mapping[str, str]:
 def encode_request(
     req: EnqueueRequest, mode: str, job_id: str, now: int | None = None
 ) -> list[str]:
-    """The 14 ARGV strings of one request (see ``read_request`` in lua/lib/03_rows.lua).
+    """The 14 ARGV strings of one request (see ``read_request`` in lua/lib/rows.lua).
 
     Everything is validated here, before any script runs, so a refused request
     writes nothing.  ``now`` (default: the wall clock) bounds the delay and the
@@ -313,7 +313,7 @@ _DEFAULT_OPTIONS = ["{}", "0", "1", "", "", "", "", "", "0"]
 
 
 def wire_request(fields: list[str]) -> list[str]:
-    """The 6 ARGV strings of an encoded request (``read_request`` in lua/lib/03_rows.lua).
+    """The 6 ARGV strings of an encoded request (``read_request`` in lua/lib/rows.lua).
 
     mode, id, name, queue, payload, then the 9 option fields as one string:
     '' when all are at their defaults, else joined by NUL (which none of them
@@ -366,7 +366,7 @@ def _number(text: str) -> float:
 
 #: Job fields whose value may be longer than 63 bytes, each with its piece code: such a value
 #: is stored in pieces of at most 63 bytes, the field holding the first, ``<code>2``,
-#: ``<code>3``, ... the rest (``put_long`` in lua/lib/03_rows.lua), so the job hash stays a
+#: ``<code>3``, ... the rest (``put_long`` in lua/lib/rows.lua), so the job hash stays a
 #: listpack under the default ``hash-max-listpack-value`` (64).
 PIECE_CODES = {
     "payload": "P",

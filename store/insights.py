@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from store import codec
 from store.errors import InvalidRequestError, JobStoreError
+from store.keys import WAITING_SEQ_WIDTH
 from store.listing import (
     DEFAULT_SCAN_BUDGET,
     list_script_args,
@@ -118,7 +119,7 @@ class ErrorGroup:
 
 
 def error_group_id(error_type: str, module: str, message: str) -> str:
-    """The group id the fail path gives an error (mirrors ``lua/lib/08a_errors.lua``)."""
+    """The group id the fail path gives an error (mirrors ``lua/lib/errors.lua``)."""
     import hashlib
 
     raw = message.encode("utf-8")[:300]
@@ -525,7 +526,7 @@ def _state_cursor(order_field: str, record: JobRecord, fields: Mapping[str, str]
     if order_field == "position":
         seq = str(fields.get("seq") or "0")
         priority = int(float(fields.get("priority") or 0))
-        return f"{-priority}:{seq.zfill(16)}{record.id}"
+        return f"{-priority}:{seq.zfill(WAITING_SEQ_WIDTH)}{record.id}"
     if order_field == "processed_at":
         return f"{int(record.processed_at or 0)}:{record.id}"
     if order_field == "lock_expires_at":

@@ -2,13 +2,17 @@
 
 All keys of the store with prefix ``p`` live under the hash tag ``{p}``, so a
 store maps to a single Redis Cluster slot and several stores spread over a
-cluster.  The Lua side builds the same names in ``lua/lib/01_keys.lua``; keep
+cluster.  The Lua side builds the same names in ``lua/lib/keys.lua``; keep
 the two in step.  Two user strings in one key or member are joined with NUL.
 """
 
 from __future__ import annotations
 
 NUL = "\0"
+
+#: Digits of the zero-padded FIFO ordinal that starts a waiting-set member (the job id
+#: follows it); ``WAITING_SEQ_WIDTH`` / ``WAITING_SEQ_ZEROS`` in lua/lib/keys.lua.
+WAITING_SEQ_WIDTH = 16
 
 
 class StoreKeys:

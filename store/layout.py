@@ -7,7 +7,7 @@ table, several times the size of a listpack, and every finished run had its own 
 
 Layout 2:
 
-* a value longer than 63 bytes is stored in pieces (``put_long`` in lua/lib/03_rows.lua,
+* a value longer than 63 bytes is stored in pieces (``put_long`` in lua/lib/rows.lua,
   ``codec.join_pieces``), so job hashes stay listpacks under the default configuration;
 * the fields written at claim and at the end of a run have short names: ``pa``
   (processed_at), ``fa`` (finished_at), ``am`` (attempts_made);

@@ -28,7 +28,7 @@ from store.errors import (
     ListIndexDisabledError,
     ListOrderUnsupportedError,
 )
-from store.keys import StoreKeys
+from store.keys import WAITING_SEQ_WIDTH, StoreKeys
 from store.records import ALL_STATES, TERMINAL_STATES
 
 #: Rows one list call may examine before it returns a truncated page.
@@ -257,8 +257,8 @@ def _residual(**filters: object) -> tuple[str, ...]:
 
 #: Sorted sets one state listing may merge (each a head in the list script).
 MAX_STATE_SOURCES = 64
-#: Length of the sequence prefix of a waiting-set member (16 zero-padded digits).
-WAITING_MEMBER_PREFIX = 16
+#: Length of the sequence prefix of a waiting-set member (zero-padded digits).
+WAITING_MEMBER_PREFIX = WAITING_SEQ_WIDTH
 
 #: The order each state's own structure keeps.
 STATE_ORDERS = {

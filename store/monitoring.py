@@ -8,7 +8,7 @@ Both are bounded whatever the number of jobs:
   oldest waiting job of at most :data:`OLDEST_WAITING_QUEUES` queues.
 * :func:`job_name_metrics` reads the per-name run aggregates the ack script
   writes (one small hash per job name and minute, and per name and clock
-  hour; see ``lua/lib/09_claim_ack.lua``): at most 72 hashes per name, in
+  hour; see ``lua/lib/claim_ack.lua``): at most 72 hashes per name, in
   pipelines of at most :data:`PIPELINE_BATCH` commands.  Percentiles come from
   the duration buckets of those hashes (bucket ``i`` holds runs of at most
   ``2 ** (i / 4)`` ms), so they are upper bounds within 19 % of the true value,

@@ -727,7 +727,7 @@ class RedisJobStore(ScheduleOperations, FlowOperations, InsightOperations):
             rows, h = pipe.execute()
         attempts = [codec.attempt_from_json(row) for row in rows]
         if h.get("lf") == "1":
-            # The last entry is folded into the hash (unfold_attempt in lua/lib/04_ledger.lua).
+            # The last entry is folded into the hash (unfold_attempt in lua/lib/ledger.lua).
             attempts.append(codec.folded_attempt(len(rows) + 1, h))
         return attempts
 

@@ -1,5 +1,5 @@
 -- check_chunks: mqcheck over the structure of one chunked set
--- (lib/02b_chunks.lua: the all-jobs set, a name or queue index).
+-- (lib/chunks.lua: the all-jobs set, a name or queue index).
 --
 -- KEYS[1]  the store's hash tag
 -- ARGV[1]  '1' to repair, '0' to report only
@@ -30,9 +30,9 @@ local function report(detail)
 end
 
 if what == 'size' then
-  local current = tonumber(redis.call('HGET', B .. ':ixcount', dir)) or 0
+  local current = tonumber(redis.call('HGET', k_ixcount(), dir)) or 0
   if current ~= tonumber(ARGV[5]) then return { out, 0 } end
-  redis.call('HSET', B .. ':ixcount', dir, ARGV[6])
+  redis.call('HSET', k_ixcount(), dir, ARGV[6])
   return { out, 1 }
 end
 

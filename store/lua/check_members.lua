@@ -72,7 +72,7 @@ for i = 5, #ARGV, step do
   score = ARGV[i + 1]
   if listed(member) then
     local id = member
-    if kind == 'waiting' then id = string.sub(member, 17) end
+    if kind == 'waiting' then id = string.sub(member, WAITING_SEQ_WIDTH + 1) end
     local f = redis.call('HMGET', k_job(id), 'state', 'queue', 'name', 'seq', 'enqueued_at')
     local state, queue, name, seq = f[1], f[2], f[3], f[4]
     if not is_row(state, queue, name, seq) then

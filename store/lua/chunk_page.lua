@@ -1,4 +1,4 @@
--- chunk_page: the next members of a chunked set (lib/02b_chunks.lua), in
+-- chunk_page: the next members of a chunked set (lib/chunks.lua), in
 -- (score, id) order (ascending, or descending with ARGV[7] 'desc'), after a
 -- cursor.
 --

@@ -6,7 +6,7 @@
 --
 -- Reply: {'claimed', id, <HGETALL pairs>} | {'empty', next_run_at or ''} |
 -- {'again', ''} (claim again; owed promotions come as '!owed'; see claim_next
--- in lib/09_claim_ack.lua).
+-- in lib/claim_ack.lua).
 local names = {}
 for i = 5, #ARGV do names[#names + 1] = ARGV[i] end
 return with_owed(claim_next(tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3]), ARGV[4], names))

@@ -9,7 +9,7 @@
 --          order value, members are job ids), then m, then m metadata key/value pairs,
 --          then the length of a prefix every member carries before its job id
 --          (the waiting sets' 16-digit sequence; '' or absent = 0), then '1'
---          when the sources are chunked sets (lib/02b_chunks.lua: the all-jobs
+--          when the sources are chunked sets (lib/chunks.lua: the all-jobs
 --          set and the list indexes, scored by enqueued_at)
 --
 -- Reply: {more, truncated, scanned, item_value, item_id, seen_value, seen_id,
@@ -18,6 +18,10 @@
 -- last row); truncated = '1' when the scan budget ran out first (seen_* name
 -- the last row examined, from where the caller continues).  Order is (score, id) with ids compared as
 -- bytes, both descending or both ascending, exactly the zset's own order.
+-- The body runs as a function of its own: its locals and the helpers' would
+-- pass Lua's 200 locals of one function in a script (as a Function library
+-- entry it is a function anyway).
+return (function()
 -- Rows single inserts left in the chunked sets' head join their chunks first.
 cz_fold()
 local desc = ARGV[1] == 'desc'
@@ -79,7 +83,7 @@ end
 
 -- The counter a dangling member of a source held: delayed:<queue> names its
 -- queue; finished:<state> is store-wide (the queue comes from orphan_queue).
-local DELAYED_PREFIX, FINISHED_PREFIX = B .. ':delayed:', B .. ':finished:'
+local DELAYED_PREFIX, FINISHED_PREFIX = k_delayed(''), k_finished('')
 local function uncount_source(key, id)
   if string.sub(key, 1, #DELAYED_PREFIX) == DELAYED_PREFIX then
     uncount(string.sub(key, #DELAYED_PREFIX + 1), 'delayed')
@@ -258,3 +262,4 @@ while true do
 end
 out[3] = scanned
 return out
+end)()

@@ -1,6 +1,6 @@
 -- migrate_set: turn one plain sorted set of layout 2 (the all-jobs set, a name
 -- or queue index: members job ids scored by enqueued_at) into a chunked set
--- (lib/02b_chunks.lua) under the same key, a bounded batch per call
+-- (lib/chunks.lua) under the same key, a bounded batch per call
 -- (manage.py migrate_store).
 --
 -- KEYS[1]  the store's hash tag
@@ -19,7 +19,7 @@ cz_fold()
 local kind, arg = ARGV[1], ARGV[2]
 local dir = cz_set_key(kind, arg)
 local n = math.max(1, math.min(tonumber(ARGV[3]) or 500, 500))
-local stage = B .. ':migrate:' .. string.sub(dir, #B + 2)
+local stage = k_migrating(dir)
 if redis.call('EXISTS', stage) == 0 then
   local head = redis.call('ZRANGE', dir, 0, 0)
   if #head == 0 or string.find(head[1], NUL, 1, true) then return { 0, 0 } end

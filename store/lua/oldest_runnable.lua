@@ -19,7 +19,7 @@ local best_id, best_run = nil, nil
 local examined, truncated = 0, '0'
 
 local function consider(member)
-  local id = string.sub(member, 17)
+  local id = string.sub(member, WAITING_SEQ_WIDTH + 1)
   -- run_at is absent while it equals enqueued_at (layout 2, see insert_job).
   local f = redis.call('HMGET', k_job(id), 'run_at', 'enqueued_at')
   local run_at = tonumber(f[1] or f[2] or '')

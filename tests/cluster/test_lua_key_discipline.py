@@ -19,7 +19,7 @@ argument of every ``redis.call``/``redis.pcall`` back to where its value comes f
 * anything else is not: ``ARGV`` items, string literals, numbers, replies of other
   Redis commands, results of built-in functions.
 
-So ``B``, the ``K_*`` constants and the ``k_*`` builders of ``lib/01_keys.lua`` are not
+So ``B``, the ``K_*`` constants and the ``k_*`` builders of ``lib/keys.lua`` are not
 trusted by name: they pass because their values derive from ``bind(tag)`` <-
 ``begin_call(KEYS[1])``.  Also refused anywhere: ``KEYS`` other than ``KEYS[1]``,
 ``redis.call`` used as a value (an alias would escape the check), a command name that
@@ -1284,7 +1284,7 @@ def _callee_name(call: Call) -> str | None:
 class Report:
     where: str  # operation name or "library"
     line: int
-    source: str  # "lib/01_keys.lua:34" style
+    source: str  # "lib/keys.lua:34" style
     text: str
     code: str  # the offending source line
     leaf: str  # the source line the untagged value comes from
@@ -1293,7 +1293,7 @@ class Report:
 def eval_text(lua_dir: Path, name: str) -> tuple[str, list[tuple[str, int]]]:
     """``script_text(name)`` for the files of ``lua_dir``, and a line -> (file, line) map."""
     parts: list[tuple[str, str]] = []
-    for path in sorted((lua_dir / "lib").glob("*.lua")):
+    for path in store_scripts.helper_paths(lua_dir):
         parts.append((f"-- >>> lib/{path.name}", f"lib/{path.name}"))
         parts.append((path.read_text(encoding="utf-8"), f"lib/{path.name}"))
     parts.append(("begin_call(KEYS[1])", "<scripts.py>"))
@@ -1450,16 +1450,16 @@ MUTATIONS = {
         "ZUNIONSTORE: unknown key positions",
     ),
     "a builder that drops the tag": (
-        "lib/01_keys.lua",
+        "lib/keys.lua",
         "local function k_job(id) return B .. ':job:' .. id end",
         "local function k_job(id) return 'job:' .. id end",
         "is not under the tag",
     ),
     "a constant built from ARGV": (
-        "lib/01_keys.lua", "K_SEQ = B .. ':seq'", "K_SEQ = ARGV[1] .. ':seq'", "INCR key",
+        "lib/keys.lua", "K_SEQ = B .. ':seq'", "K_SEQ = ARGV[1] .. ':seq'", "INCR key",
     ),
     "a table of keys with one foreign member": (
-        "lib/03_rows.lua",
+        "lib/rows.lua",
         "local function flush_acc(acc)",
         "local function poison(acc) acc_zadd(acc, 'elsewhere', 0, 'm') end\n"
         "local function flush_acc(acc)",

@@ -128,7 +128,7 @@ def test_bulk_inserts_that_interleave_the_tail_merge_it_or_go_in_one_by_one(
     redis_client: Any,
 ) -> None:
     """Two bulk inserts in one millisecond whose ids interleave: the second merges the
-    chunks it falls into (at most 8, lib/02b_chunks.lua CZ_TAIL) or, behind a longer tail,
+    chunks it falls into (at most 8, lib/chunks.lua CZ_TAIL) or, behind a longer tail,
     adds the members one by one.  Either way every invariant holds and the order is the
     model's."""
     with fresh_store(redis_client) as (store, _clock):

@@ -1,4 +1,4 @@
-"""The chunked sets' head (store/chunks.py, lua/lib/02b_chunks.lua): a single insert
+"""The chunked sets' head (store/chunks.py, lua/lib/chunks.lua): a single insert
 appends its row to ``ixpend``; the rows join the chunks when the head reaches 128 rows
 and before any script reads or changes the chunks.  Every reader sees them throughout."""
 

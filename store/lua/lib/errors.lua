@@ -17,10 +17,6 @@ local ERRORS_MAX_GROUPS = 1000
 local ERRORS_MAX_JOBS = 10000
 local ERROR_MESSAGE_MAX = 300
 
-local function k_errors() return B .. ':errors' end
-local function k_error(gid) return B .. ':error:' .. gid end
-local function k_error_jobs(gid) return B .. ':error:' .. gid .. ':jobs' end
-
 -- (type, module, message) of a failure exit {"error": {...}}, else of a reason text.
 local function error_shape(exit_json, reason)
   if exit_json then

@@ -51,4 +51,24 @@ local function k_flowchildren(flow_id) return B .. ':flowchildren:' .. flow_id e
 local function k_finished_total() return B .. ':finishedtotal' end
 local function k_jobmetrics_minute(minute, name) return B .. ':jobmetrics:m:' .. minute .. ':' .. name end
 local function k_jobmetrics_hour(hour, name) return B .. ':jobmetrics:h:' .. hour .. ':' .. name end
+-- Flow parents of a queue parked in waiting-children (lib/parked.lua).
+local function k_parked(queue) return B .. ':parked:' .. queue end
+-- Per-error aggregates (lib/errors.lua): the group index, a group, its jobs.
+local function k_errors() return B .. ':errors' end
+local function k_error(gid) return B .. ':error:' .. gid end
+local function k_error_jobs(gid) return B .. ':error:' .. gid .. ':jobs' end
+-- The chunked sets (lib/chunks.lua): chunk-number counter, members per set,
+-- and the scratch set Redis sorts a batch in (deleted in the same call).
+local function k_ixseq() return B .. ':ixseq' end
+local function k_ixcount() return B .. ':ixcount' end
+local function k_czsort() return B .. ':czsort' end
+-- Where migrate_set keeps the rest of the plain set key (a key of this store)
+-- while it turns it into a chunked set.
+local function k_migrating(key) return B .. ':migrate:' .. string.sub(key, #B + 2) end
 local function flow_member(flow_id, child_key) return flow_id .. NUL .. child_key end
+local function dedupe_member(name, key) return name .. NUL .. key end
+-- Waiting members (see waiting_member in lib/rows.lua): the FIFO ordinal
+-- zero-padded to WAITING_SEQ_WIDTH digits, then the job id.  Mirrors
+-- store/keys.py WAITING_SEQ_WIDTH.
+local WAITING_SEQ_WIDTH = 16
+local WAITING_SEQ_ZEROS = '0000000000000000'

@@ -15,7 +15,7 @@ end
 -- A folded entry (layout 2): a terminal job whose hash has lf = '1' keeps
 -- its last ledger entry implicit -- attempt = entries in the ledger + 1,
 -- started_at = pa, finished_at = fa, outcome = state, exit = exit (see
--- finish in 08_transitions.lua; store/redis_store.py get_attempts reads it
+-- finish in transitions.lua; store/redis_store.py get_attempts reads it
 -- the same way).  Whatever changes those fields writes the entry out first.
 local function unfold_attempt(id)
   local jk = k_job(id)

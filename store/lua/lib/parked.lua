@@ -4,7 +4,7 @@
 --
 -- Written where a parent parks (fan_out) and cleared wherever it leaves that state
 -- (unlink_from_state, which terminal transitions and make_waiting call; delete_job).
-local function k_parked(queue) return B .. ':parked:' .. queue end
+-- (k_parked is in lib/keys.lua.)
 
 local function park(id, j, now)
   redis.call('ZADD', k_parked(j.queue), tonumber(j.processed_at) or now, id)

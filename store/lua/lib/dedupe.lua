@@ -3,8 +3,6 @@
 -- lex-ordered zset so the sweep can cursor through all of them; window entries
 -- in a zset scored by their window end.
 
-local function dedupe_member(name, key) return name .. NUL .. key end
-
 local function dedupe_unregister(member)
   redis.call('DEL', k_dedupe(member))
   redis.call('ZREM', K_DEDUPE_WINDOWS, member)

@@ -81,7 +81,7 @@ local function claim_next(now, token, lock_ms, queue, names)
     end
     if not best_member then return { 'empty', next_run_at() } end
 
-    local id = string.sub(best_member, 17)
+    local id = string.sub(best_member, WAITING_SEQ_WIDTH + 1)
     local jk = k_job(id)
     redis.call('ZREM', best_key, best_member)
     local f = redis.call('HMGET', jk, 'state', 'queue', 'name', 'seq')

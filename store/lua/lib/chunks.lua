@@ -39,6 +39,9 @@ local CZ_CAP, CZ_MIN = 64, 16
 -- declared here, defined below with its helpers).  The head holds at most 128
 -- rows (insert_job folds it when a row makes 128).
 local CZ_FOLDED, cz_fold = false, nil
+-- The head: rows it holds at most (insert_job folds it when a row makes
+-- CZ_HEAD_ROWS), items per row.  Mirrors store/chunks.py HEAD_ROWS, HEAD_ROW_ITEMS.
+local CZ_HEAD_ROWS, CZ_HEAD_ROW_ITEMS = 128, 5
 
 -- Byte-wise string order (Lua's own < follows the server's locale).
 local function cz_lt(a, b)
@@ -87,13 +90,13 @@ local function cz_zadd_args(flat)
 end
 
 local function cz_count(dir, n)
-  if n ~= 0 then redis.call('HINCRBY', B .. ':ixcount', dir, n) end
+  if n ~= 0 then redis.call('HINCRBY', k_ixcount(), dir, n) end
 end
 
 -- Open a chunk whose lower bound is (s, id): its directory entry; the chunk
 -- key exists once a member is added.  Returns the chunk key.
 local function cz_open(dir, s, id)
-  local n = tostring(redis.call('INCR', B .. ':ixseq'))
+  local n = tostring(redis.call('INCR', k_ixseq()))
   redis.call('ZADD', dir, s, id .. NUL .. n)
   return cz_chunk(dir, n)
 end
@@ -206,7 +209,7 @@ local function cz_sorted(flat, rank)
     end
     return out
   end
-  local scratch = B .. ':czsort'
+  local scratch = k_czsort()
   redis.call('DEL', scratch)
   call_runs('ZADD', scratch, flat, 1, #flat, 2)
   local out = redis.call('ZRANGE', scratch, 0, -1, 'WITHSCORES')
@@ -244,7 +247,7 @@ local function cz_merge_tail(dir, sorted)
   local total = redis.call('ZCARD', dir)
   if not m then rank = 0 elseif not rank then rank = total - 1 end
   if total - rank > CZ_TAIL then return nil end
-  local scratch = B .. ':czsort'
+  local scratch = k_czsort()
   redis.call('DEL', scratch)
   local before = 0
   for _, entry in ipairs(redis.call('ZRANGE', dir, rank, -1)) do
@@ -392,7 +395,7 @@ cz_fold = function()
     lens[dir] = n + 2
   end
   local asc, ps, pid, pnum = true, nil, nil, nil
-  for i = 1, #rows - 4, 5 do
+  for i = 1, #rows - (CZ_HEAD_ROW_ITEMS - 1), CZ_HEAD_ROW_ITEMS do
     local s, id, flags = rows[i], rows[i + 1], rows[i + 2]
     local kind = kinds[flags]
     if not kind then

@@ -96,10 +96,9 @@ end
 -- Waiting members sort by score (-priority), then by bytes of the member: a
 -- zero-padded FIFO ordinal followed by the id.  seq is a number or its decimal
 -- string (as stored in the job hash); ordinals stay below 10^15.
-local ZEROS16 = '0000000000000000'
 local function waiting_member(seq, id)
   if type(seq) ~= 'string' then seq = fmt(seq) end
-  return string.sub(ZEROS16, #seq + 1) .. seq .. id
+  return string.sub(WAITING_SEQ_ZEROS, #seq + 1) .. seq .. id
 end
 
 local function add_waiting(queue, name, priority, seq, id)
@@ -289,13 +288,13 @@ local function insert_job(id, r, dedupe_key, now, idx, seq, acc)
     wkey, score, member, field = rt.delayed, run_at_s, id, rt.delayed_field
   end
   if not acc then
-    -- The chunked sets' row goes to their head (lib/02b_chunks.lua): score, id,
+    -- The chunked sets' row goes to their head (lib/chunks.lua): score, id,
     -- index flags and 'a' for a store-assigned id, queue, name.  The row that
-    -- makes 128 (640 items) folds it; a later read in this call folds it again.
+    -- makes CZ_HEAD_ROWS folds it; a later read in this call folds it again.
     local flags = r.mode == 'auto' and string.sub(idx, 1, 2) .. 'a' or string.sub(idx, 1, 2)
     local len = redis.call('RPUSH', K_IXPEND, now_s, id, flags, queue, name)
     CZ_FOLDED = false
-    if len >= 640 then cz_fold() end
+    if len >= CZ_HEAD_ROWS * CZ_HEAD_ROW_ITEMS then cz_fold() end
     redis.call('ZADD', wkey, score, member)
     redis.call('HINCRBY', K_COUNTS, field, 1)
     -- Which job names each queue has seen (the dashboard's filters, oldest-waiting lookups).
