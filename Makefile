@@ -14,7 +14,7 @@ RUN_ADDR ?= 127.0.0.1:8000
 # Extra pytest arguments, e.g. `make test PYTEST_ARGS="-x -k embedded"`.
 PYTEST_ARGS ?=
 
-.PHONY: venv run test lint clean
+.PHONY: venv run test lint docs clean
 
 venv: $(STAMP)
 
@@ -27,7 +27,7 @@ $(STAMP): pyproject.toml
 		"$(PYTHON)" -m venv "$(VENV)"; \
 	fi
 	$(VPY) -m pip install --quiet --upgrade pip
-	$(VPY) -m pip install --quiet -e '.[test,dev,site]'
+	$(VPY) -m pip install --quiet -e '.[test,dev,site,docs]'
 	@touch $@
 
 # Migrate, make sure a superuser exists, start the embedded Redis (unless MQ_REDIS_URL
@@ -62,9 +62,14 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
+# The documentation site (mkdocs.yml, docs/) into site/ (git-ignored).  --strict: a broken
+# link or anchor, a page left out of the navigation or a missing included file fails it.
+docs: $(STAMP)
+	$(VENV)/bin/mkdocs build --strict --site-dir site
+
 # Caches and build output only: .venv and var/ (database, secret key, Redis data) stay.
 clean:
-	rm -rf .pytest_cache .ruff_cache .mypy_cache build dist *.egg-info
+	rm -rf .pytest_cache .ruff_cache .mypy_cache build dist site *.egg-info
 	find . -path ./$(VENV) -prune -o -type d -name __pycache__ -print0 | xargs -0 rm -rf
 
 # Browser tests (tests/browser/): Debian's chromium plus the playwright Python package

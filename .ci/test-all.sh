@@ -4,7 +4,7 @@
 # 1. Everything against a private embedded Redis 6.2 (or MQ_TEST_REDIS_URL when set) and the
 #    dashboard database on SQLite.  This pass alone is what a fresh machine runs.
 #    1b: the host-project tests (their own settings module); 1c: the wheel installed
-#    into a new project (.ci/wheel-project.sh).
+#    into a new project (.ci/wheel-project.sh); 1d: the documentation site built strictly.
 # 2. When a Redis answers on 127.0.0.1:6379 (and MQ_TEST_REDIS_URL is unset): the store,
 #    runtime, flow, chaos, property and command suites again against that server (Redis 7 here).
 #    Tests only touch keys under their own unique prefixes; nothing is flushed.
@@ -39,9 +39,19 @@ rc=0
 if [ "$rc" -ne 0 ] && ! { [ "$rc" -eq 5 ] && [ "$#" -gt 0 ]; }; then exit "$rc"; fi
 
 # The built wheel in a fresh virtualenv, added to a `django-admin startproject` project
-# as README "Add mqadmin to an existing Django project" says, one task run end to end.
+# as docs/django.md "Add mqadmin to an existing Django project" says, one task run end to end.
 echo "== pass 1c: the wheel in a new Django project"
 bash .ci/wheel-project.sh
+
+# The documentation (mkdocs.yml, docs/; the `docs` extra): --strict fails on a broken link or
+# anchor, a page left out of the navigation, a deploy/ file the deployment page includes that
+# is gone.  Built into a temporary directory, so the checkout's site/ is left alone.
+echo "== pass 1d: the documentation (mkdocs build --strict)"
+docs_site="$(mktemp -d "${TMPDIR:-/tmp}/mq-docs.XXXXXX")"
+docs_rc=0
+.venv/bin/mkdocs build --strict --quiet --site-dir "$docs_site" || docs_rc=$?
+rm -rf "$docs_site"
+[ "$docs_rc" -eq 0 ] || exit "$docs_rc"
 
 if [ -z "${MQ_TEST_REDIS_URL:-}" ]; then
   if "$PY" -c 'import redis, sys; sys.exit(0 if redis.Redis(socket_connect_timeout=1).ping() else 1)' 2>/dev/null; then

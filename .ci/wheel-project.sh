@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # The built wheel, installed into a fresh virtualenv, inside a brand-new Django project.
 #
-# Follows README "Add mqadmin to an existing Django project" word for word: the README's
-# snippets marked `<!-- snippet: NAME -->` are taken from README.md and appended to the new
-# project's files as they stand, the ones for the Django release installed.
+# Follows docs/django.md ("Add mqadmin to an existing Django project") and docs/django-tasks.md
+# word for word: their snippets marked `<!-- snippet: NAME -->` are taken from those pages and
+# appended to the new project's files as they stand, the ones for the Django release installed.
 #   1. build the wheel from this checkout and `pip install` it into a new virtualenv (nothing
 #      of this checkout is on its path): on Django 6 alone (no backport may come with it on
 #      Python 3.12+), on Django 5.2 with the `django52` extra;
-#   2. `django-admin startproject hostsite`, the README's lines appended to its settings.py
+#   2. `django-admin startproject hostsite`, the pages' lines appended to its settings.py
 #      and urls.py, and a `shop` app (`manage.py startapp`) holding a job and two tasks;
 #   3. `manage.py check --fail-level WARNING` (the app's system checks must pass),
 #      `migrate`, the dashboard under /ops/mq/ through Django's test client (templates and
@@ -47,17 +47,26 @@ unset MQ_REDIS_URL MQ_PREFIX MQ_STORES MQ_DATA_DIR DJANGO_SETTINGS_MODULE PYTHON
 
 step() { echo "-- $*"; }
 
-# The fenced block right after `<!-- snippet: $1 -->` in README.md (an error when missing).
+# The pages the snippets come from.
+SNIPPET_PAGES=("$ROOT/docs/django.md" "$ROOT/docs/django-tasks.md")
+
+# The fenced block right after `<!-- snippet: $1 -->` in one of SNIPPET_PAGES (an error when
+# missing, or when two blocks carry the name).
 snippet() {
-  local text
+  local text count
+  count="$(cat "${SNIPPET_PAGES[@]}" | grep -cxF "<!-- snippet: $1 -->" || true)"
+  if [ "$count" != 1 ]; then
+    echo "docs: snippet $1 found $count times in ${SNIPPET_PAGES[*]#"$ROOT/"} (want once)" >&2
+    exit 1
+  fi
   text="$(awk -v want="<!-- snippet: $1 -->" '
     $0 == want { found = 1; next }
     found == 1 && /^```/ { found = 2; next }
     found == 2 && /^```/ { exit }
     found == 2 { print }
-  ' "$ROOT/README.md")"
+  ' "${SNIPPET_PAGES[@]}")"
   if [ -z "$text" ]; then
-    echo "README.md has no snippet $1" >&2
+    echo "docs: snippet $1 has no code block" >&2
     exit 1
   fi
   printf '\n%s\n' "$text"
@@ -111,7 +120,7 @@ step "django-admin startproject hostsite; manage.py startapp shop"
 cd "$SITE"
 "$VPY" manage.py startapp shop
 
-# -- README "Settings", "URLs", "Running workers", "Django Tasks backend" ----------------
+# -- docs/django.md "Settings", "URLs", "Running workers"; docs/django-tasks.md -----------
 if [ "$SERIES" = 52 ]; then
   snippet settings-django52 >>hostsite/settings.py
 else
@@ -119,7 +128,7 @@ else
 fi
 snippet urls >>hostsite/urls.py
 snippet login >>hostsite/settings.py
-# The project's own app, with its job (README "Running workers") and tasks.
+# The project's own app, with its job (docs/django.md "Running workers") and tasks.
 cat >>hostsite/settings.py <<'EOF'
 
 INSTALLED_APPS += ["shop"]

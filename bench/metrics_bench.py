@@ -1,7 +1,7 @@
 """What a Prometheus scrape and the job metrics page cost as the store grows.
 
     .venv/bin/python -m bench.metrics_bench                         # 10k jobs (a minute or so)
-    .venv/bin/python -m bench.metrics_bench --sizes 10000,1000000   # the README's figures
+    .venv/bin/python -m bench.metrics_bench --sizes 10000,1000000   # the published figures
 
 Seeds a private redis-server (free loopback port, no persistence, shut down at exit)
 with the jobs of ``bench.dashboard_bench`` (20 names, 5 queues, 1 % delayed) up to

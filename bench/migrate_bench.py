@@ -1,7 +1,7 @@
 """``manage.py migrate_store`` (store.layout.migrate) at scale, on a private redis-server.
 
     .venv/bin/python -m bench.migrate_bench                   # 100k jobs (~1 min on 2 cores)
-    .venv/bin/python -m bench.migrate_bench --jobs 1000000    # the 1M figure of the README
+    .venv/bin/python -m bench.migrate_bench --jobs 1000000    # the published 1M figure
 
 Seeds ``--jobs`` jobs with ``enqueue_many`` (20 names, 5 queues, both list indexes; see
 bench/list_bench.py) and finishes 10 % of them, then writes the store's sets back as layout 2

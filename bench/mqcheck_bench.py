@@ -1,7 +1,7 @@
 """``mqcheck`` (store.consistency.check_store) at scale, on a private redis-server.
 
     .venv/bin/python -m bench.mqcheck_bench                   # 100k jobs (~1 min on 2 cores)
-    .venv/bin/python -m bench.mqcheck_bench --jobs 1000000    # the 1M figure of the README
+    .venv/bin/python -m bench.mqcheck_bench --jobs 1000000    # the published 1M figure
 
 Seeds ``--jobs`` jobs with ``enqueue_many`` (20 names, 5 queues; see bench/list_bench.py),
 finishes a share of them (claim + ack) so the finished/terminal sets are not empty, then

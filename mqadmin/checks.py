@@ -2,7 +2,7 @@
 
 Besides the store settings, :func:`check_host_project` names each piece a host
 project must provide for the dashboard to work (ids ``mqadmin.E002`` on, listed in
-README "Add mqadmin to an existing Django project"), so a missing middleware or app
+docs/django.md, "Add mqadmin to an existing Django project"), so a missing middleware or app
 is a clear message at start-up rather than a 500 on the first page.
 """
 
@@ -461,7 +461,7 @@ def check_store_scripts(app_configs: Any = None, **kwargs: Any) -> list[CheckMes
                 Error(
                     f"store {name!r} on {mask_url(str(url))} cannot run its scripts: "
                     f"{store_error('the script probe', exc, tag).message}",
-                    hint="Grant the store's Redis user the ACL in README "
+                    hint="Grant the store's Redis user the ACL in docs/guarantees.md "
                     "'Restricted Redis users' (at least +evalsha +script|load +@read "
                     f"+@write +publish on ~{tag}*).",
                     id="mqadmin.E019",

@@ -1,6 +1,6 @@
 """Django settings of the mqadmin dashboard.
 
-Everything deployment-specific comes from the environment (see README.md):
+Everything deployment-specific comes from the environment (see docs/configuration.md):
 ``DJANGO_SECRET_KEY``, ``DJANGO_DEBUG``, ``DJANGO_ALLOWED_HOSTS``,
 ``DJANGO_CSRF_TRUSTED_ORIGINS``, ``DATABASE_URL``, ``MQ_REDIS_URL``, ``MQ_PREFIX``,
 ``MQ_STORES``, ``MQ_DASHBOARD_READ_ONLY``, ``MQ_METRICS_TOKEN``, ``DJANGO_LOG_LEVEL``, and the
@@ -92,7 +92,7 @@ TEMPLATES = [
     },
 ]
 
-# -- HTTPS (on by default when DJANGO_DEBUG=0; see README "Production settings") ---------
+# -- HTTPS (on by default when DJANGO_DEBUG=0; see docs/deployment.md) ---------
 
 # Cookies only over HTTPS.
 SESSION_COOKIE_SECURE = env_bool("DJANGO_SECURE_COOKIES", default=not DEBUG)

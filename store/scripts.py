@@ -146,7 +146,7 @@ def is_permission_error(exc: BaseException) -> bool:
     return isinstance(exc, ResponseError) and "The user executing the script can't" in str(exc)
 
 
-#: The ACL category a refused command belongs to (the README lists the whole ACL).
+#: The ACL category a refused command belongs to (docs/guarantees.md lists the whole ACL).
 _CATEGORY = {
     "evalsha": "@scripting",
     "eval": "@scripting",
@@ -172,21 +172,21 @@ def permission_problem(exc: BaseException, tag: str = "") -> str | None:
         return (
             f"the Redis user may not run {command.upper().replace('|', ' ')} (ACL command "
             f"'{command}', category {category}); grant it with ACL SETUSER <user> +{command} "
-            "(README: Restricted Redis users)"
+            "(docs/guarantees.md: Restricted Redis users)"
         )
     if "channel" in text:
         return (
             "the Redis user may not use the store's wake channel (ACL channels); grant it with "
-            f"ACL SETUSER <user> &{tag}:wake (README: Restricted Redis users)"
+            f"ACL SETUSER <user> &{tag}:wake (docs/guarantees.md: Restricted Redis users)"
         )
     if "key" in text:
         return (
             f"the Redis user may not access the store's keys (ACL keys); grant them with "
-            f"ACL SETUSER <user> {keys} (README: Restricted Redis users)"
+            f"ACL SETUSER <user> {keys} (docs/guarantees.md: Restricted Redis users)"
         )
     return (
         "the Redis user may not run a command of the store's scripts (ACL; ACL LOG names it); "
-        "the scripts need +@read +@write +publish (README: Restricted Redis users)"
+        "the scripts need +@read +@write +publish (docs/guarantees.md: Restricted Redis users)"
     )
 
 

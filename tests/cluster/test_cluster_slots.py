@@ -358,7 +358,7 @@ def test_a_script_publish_is_heard_on_every_master(
 
 @pytest.mark.xfail(
     strict=True,
-    reason="known limit (README, Running on a Redis Cluster): a call only declares the tag, which is never a "
+    reason="known limit (docs/cluster.md, Limits): a call only declares the tag, which is never a "
     "key, so while its slot is MIGRATING the source node ASK-redirects every call to the "
     "importing node, which starts a second, empty copy of the store",
 )

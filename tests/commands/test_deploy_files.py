@@ -1,7 +1,7 @@
-"""The README's Procfile and systemd units only use commands and flags that exist.
+"""The deployment files under deploy/ only use commands and flags that exist.
 
-They are published as code blocks of README "Deployment" (the repository's top level holds no
-deployment files), each headed by the path it is saved under.
+deploy/Procfile, deploy/env.example and the systemd units of deploy/systemd/ are the files
+docs/deployment.md shows (it includes them as they are) and tells operators to install.
 """
 
 from __future__ import annotations
@@ -14,19 +14,17 @@ import pytest
 from django.core.management import get_commands, load_command_class
 
 ROOT = Path(__file__).resolve().parents[2]
+DEPLOY = ROOT / "deploy"
 
 
 def deployment_files() -> dict[str, str]:
-    """File name -> text of every deployment file README "Deployment" publishes."""
-    readme = (ROOT / "README.md").read_text()
-    section = readme[readme.index("\n## Deployment\n") :]
-    section = section[: section.index("\n## ", 1)]
-    files = {}
-    procfile = re.search(r"```procfile\n(.*?)```", section, re.S)
-    assert procfile, "README Deployment has no Procfile block"
-    files["Procfile"] = procfile.group(1)
-    for match in re.finditer(r"`(/etc/[^`]+)`:\n\n```[a-z]*\n(.*?)```", section, re.S):
-        files[Path(match.group(1)).name] = match.group(2)
+    """File name -> text of every file under deploy/ (the units by their installed names)."""
+    files = {
+        "Procfile": (DEPLOY / "Procfile").read_text(),
+        "env": (DEPLOY / "env.example").read_text(),
+    }
+    for unit in sorted((DEPLOY / "systemd").iterdir()):
+        files[unit.name] = unit.read_text()
     return files
 
 
@@ -45,7 +43,7 @@ def manage_invocations(text: str) -> list[list[str]]:
     return found
 
 
-def test_readme_publishes_every_unit() -> None:
+def test_deploy_holds_every_unit() -> None:
     assert set(FILES) == {
         "Procfile",
         "env",
@@ -80,3 +78,11 @@ def test_health_checks_are_wired_in() -> None:
     for unit in ("mqadmin-web", "mqadmin-worker", "mqadmin-sweepers"):
         assert f"systemctl restart {unit}.service" in health
     assert "OnUnitActiveSec=30s" in units["mqadmin-health.timer"]
+
+
+def test_the_deployment_page_shows_every_file() -> None:
+    """docs/deployment.md includes each file of deploy/ (mkdocs' snippets), none by a copy."""
+    page = (ROOT / "docs" / "deployment.md").read_text()
+    shown = set(re.findall(r'^--8<-- "(deploy/[^"]+)"$', page, re.M))
+    on_disk = {str(path.relative_to(ROOT)) for path in DEPLOY.rglob("*") if path.is_file()}
+    assert shown == on_disk

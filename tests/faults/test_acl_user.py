@@ -45,7 +45,7 @@ def rules_for(kind: str, prefix: str, server_major: int) -> list[str]:
         return ["allkeys", "allchannels", "+@all", "-config", *no_function]
     if kind == "no-dangerous":
         return ["allkeys", "allchannels", "+@all", "-@dangerous", "-config", *no_function]
-    if kind == "smallest":  # README "Restricted Redis users"
+    if kind == "smallest":  # docs/guarantees.md "Restricted Redis users"
         tag = "{" + prefix + "}"
         return [
             f"~{tag}*",

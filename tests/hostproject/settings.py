@@ -1,6 +1,6 @@
 """Settings of a minimal host project that installs mqadmin as a third-party app.
 
-It is what README "Add mqadmin to an existing Django project" asks of a project and
+It is what docs/django.md ("Add mqadmin to an existing Django project") asks of a project and
 nothing more: the app and its two helpers in INSTALLED_APPS, HtmxMiddleware, the app's
 URLconf mounted under ``ops/mq/``.  Everything else is the host's own and deliberately
 unlike this repository's development project: a custom user model (e-mail login, no

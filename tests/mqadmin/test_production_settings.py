@@ -1,6 +1,6 @@
 """The development project in production mode, and headers on every page (issue 23, smaller items).
 
-With the production environment the README documents (``DJANGO_DEBUG=0``, a secret key,
+With the production environment docs/deployment.md documents (``DJANGO_DEBUG=0``, a secret key,
 the allowed hosts), ``manage.py check --deploy`` is clean: secure cookies, HSTS and the
 HTTPS redirect are on by default.  The Content-Security-Policy is on every page the
 project serves, the login page and Django's admin included.

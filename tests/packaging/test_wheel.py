@@ -139,6 +139,14 @@ def test_sdist_holds_the_source_folders_once(sdist_names: set[str]) -> None:
         name for name in sdist_names if name.startswith(("mqadmin/templates/", "mqadmin/static/"))
     ]
     assert {"pyproject.toml", "README.md", "manage.py", "mqadmin/settings.py"} <= sdist_names
+    # The documentation and the deployment files its tests read (tests/commands/test_deploy_files.py,
+    # .ci/wheel-project.sh) come with the tests.
+    assert {
+        "mkdocs.yml",
+        "docs/django.md",
+        "docs/django-tasks.md",
+        "deploy/Procfile",
+    } <= sdist_names
 
 
 def test_the_in_tree_app_folders_are_links_to_the_top_level_folders() -> None:

@@ -1,6 +1,6 @@
-"""The README's "Django Tasks backend" steps, followed in a fresh project, in real processes.
+"""The steps of docs/django-tasks.md ("Django Tasks backend"), followed in a fresh project, in real processes.
 
-A host project with its own settings (the README's TASKS block) and an app with a task:
+A host project with its own settings (the page's TASKS block) and an app with a task:
 one process enqueues, ``runworker --burst`` runs it, a third process reads the result.
 """
 
@@ -17,7 +17,7 @@ from typing import Any
 import django
 import pytest
 
-# README: Django 6 has template partials and the Tasks framework built in; on Django 5.2
+# docs/django.md: Django 6 has template partials and the Tasks framework built in; on Django 5.2
 # they come from the django-template-partials and django-tasks packages (their apps).
 DJANGO_6 = django.VERSION >= (6, 0)
 DJANGO52_APPS = "" if DJANGO_6 else '"template_partials", "django_tasks",'
