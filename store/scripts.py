@@ -17,16 +17,19 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import re
 import threading
 import weakref
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import redis
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoPermissionError, NoScriptError, ResponseError
+from redis.exceptions import NoPermissionError, NoScriptError, RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from store.errors import permission_problem, store_error
+from store.keys import StoreKeys
 
 LUA_DIR = Path(__file__).with_name("lua")
 
@@ -103,58 +106,6 @@ def _with_shebang(name: str, text: str, strict: bool) -> str:
     if not strict or text.startswith("#!"):
         return text
     return ("#!lua flags=allow-oom\n" if name in OOM_SAFE else "#!lua\n") + text
-
-
-def is_permission_error(exc: BaseException) -> bool:
-    """Whether Redis refused a command (or a command inside a script) by the user's ACL."""
-    if isinstance(exc, NoPermissionError):
-        return True
-    # A command a script runs is refused with a plain ERR reply that says why.
-    return isinstance(exc, ResponseError) and "The user executing the script can't" in str(exc)
-
-
-#: The ACL category a refused command belongs to (the README lists the whole ACL).
-_CATEGORY = {
-    "evalsha": "@scripting",
-    "eval": "@scripting",
-    "script|load": "@scripting",
-    "fcall": "@scripting",
-    "publish": "@pubsub",
-    "subscribe": "@pubsub",
-    "ping": "@connection",
-}
-_REFUSED_COMMAND = re.compile(r"permissions to run the '([^']+)' command")
-
-
-def permission_problem(exc: BaseException, tag: str = "") -> str | None:
-    """For an ACL refusal, a sentence naming what the Redis user lacks; None otherwise."""
-    if not is_permission_error(exc):
-        return None
-    text = str(exc)
-    keys = f"~{tag}*" if tag else "the store's key pattern"
-    match = _REFUSED_COMMAND.search(text)
-    if match:
-        command = match.group(1).lower()
-        category = _CATEGORY.get(command.split("|")[0], "@read or @write")
-        return (
-            f"the Redis user may not run {command.upper().replace('|', ' ')} (ACL command "
-            f"'{command}', category {category}); grant it with ACL SETUSER <user> +{command} "
-            "(README: Restricted Redis users)"
-        )
-    if "channel" in text:
-        return (
-            "the Redis user may not use the store's wake channel (ACL channels); grant it with "
-            f"ACL SETUSER <user> &{tag}:wake (README: Restricted Redis users)"
-        )
-    if "key" in text:
-        return (
-            f"the Redis user may not access the store's keys (ACL keys); grant them with "
-            f"ACL SETUSER <user> {keys} (README: Restricted Redis users)"
-        )
-    return (
-        "the Redis user may not run a command of the store's scripts (ACL; ACL LOG names it); "
-        "the scripts need +@read +@write +publish (README: Restricted Redis users)"
-    )
 
 
 def _server_major(client: Any) -> int:
@@ -323,3 +274,43 @@ class ScriptRegistry:
             self._connections = weakref.WeakSet()
         for conn in connections:
             conn.disconnect()
+
+
+@dataclass(frozen=True)
+class ScriptsCheck:
+    """What :func:`probe_scripts` found for one store prefix."""
+
+    #: The store's hash tag, ``{prefix}``: its Redis user needs the keys ``~{tag}*``.
+    tag: str
+    #: The probe script ran.
+    ok: bool
+    #: When the Redis user's ACL refused it: the store's message naming what the user
+    #: lacks; None when it ran, or failed for another reason (unreachable, busy).
+    refusal: str | None = None
+
+
+def probe_scripts(client: Any, prefix: str) -> ScriptsCheck:
+    """Run the store ``prefix``'s cheap read-only probe script with ``client``, as the store would.
+
+    Loads the scripts as a store does (a Redis Function on Redis 7 when the user may
+    load one, else EVALSHA) without building a store (no boot reconcile), so a
+    deployment check can tell an ACL that refuses the scripts from an unreachable
+    Redis.  The client belongs to the caller.
+
+    Raises:
+        ValueError: ``prefix`` cannot name a store.
+    """
+    tag = StoreKeys(prefix).tag
+    registry = None
+    try:
+        registry = ScriptRegistry(client, tag)
+        registry.probe()
+    except RedisError as exc:
+        refusal = None
+        if permission_problem(exc) is not None:
+            refusal = store_error("the script probe", exc, tag).message
+        return ScriptsCheck(tag, ok=False, refusal=refusal)
+    finally:
+        if registry is not None:
+            registry.close()
+    return ScriptsCheck(tag, ok=True)
