@@ -398,7 +398,7 @@ def check_eviction_policy(app_configs: Any = None, **kwargs: Any) -> list[CheckM
             client = connect(
                 url, socket_timeout=CHECK_TIMEOUT_S, socket_connect_timeout=CHECK_TIMEOUT_S
             )
-        except (StoreFailure, *UNAVAILABLE_ERRORS, OSError, ValueError):
+        except (StoreFailure, OSError, ValueError) + UNAVAILABLE_ERRORS:
             continue
         try:
             status = eviction_status(client)
@@ -441,7 +441,7 @@ def check_store_scripts(app_configs: Any = None, **kwargs: Any) -> list[CheckMes
             client = connect(
                 str(url), socket_timeout=CHECK_TIMEOUT_S, socket_connect_timeout=CHECK_TIMEOUT_S
             )
-        except (StoreFailure, *UNAVAILABLE_ERRORS, OSError, ValueError):
+        except (StoreFailure, OSError, ValueError) + UNAVAILABLE_ERRORS:
             continue
         try:
             found = probe_scripts(client, str(entry["prefix"]))

@@ -79,7 +79,7 @@ class StoreCollector(Collector):
         for name in services.configured_stores():
             try:
                 snap = metrics_snapshot(services.get_named_store(name))
-            except (StoreFailure, StoreDefect, *UNAVAILABLE_ERRORS, OSError) as exc:
+            except (StoreFailure, StoreDefect, OSError) + UNAVAILABLE_ERRORS as exc:
                 logger.warning("metrics: store %s unavailable: %s", name, type(exc).__name__)
                 up.add_metric([name], 0)
                 continue

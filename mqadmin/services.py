@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from django.conf import settings
 
 if TYPE_CHECKING:
+    from store import RedisJobStore
     from store.protocol import JobStore
 
 logger = logging.getLogger(__name__)
@@ -40,7 +41,7 @@ _lock = threading.Lock()
 # Redis URL (or "" for the embedded Redis) -> (client, human description of that Redis).
 _clients: dict[str, tuple[Any, str]] = {}
 # (Redis URL key, prefix, store name) -> RedisJobStore.
-_stores: dict[tuple[str, str, str], JobStore] = {}
+_stores: dict[tuple[str, str, str], RedisJobStore] = {}
 # Redis URL key -> client of the health probes (short timeouts, no retries).
 _probes: dict[str, Any] = {}
 #: Seconds a health probe waits to connect to a store's Redis, and for its reply.
@@ -211,7 +212,7 @@ def get_client(url: str | None) -> tuple[Any, str]:
         return entry
 
 
-def get_named_store(name: str) -> JobStore:
+def get_named_store(name: str) -> RedisJobStore:
     """The cached ``store.RedisJobStore`` of the configured store ``name``.
 
     The name is the store key (what flows use to route child reports), so every
@@ -291,7 +292,7 @@ def store_overviews() -> list[StoreOverview]:
             client, _ = get_client(url)
             version = server_version(client)
             counts = get_named_store(name).counts()
-        except (StoreFailure, *UNAVAILABLE_ERRORS, OSError) as exc:
+        except (StoreFailure, OSError) + UNAVAILABLE_ERRORS as exc:
             logger.warning("store %s (%s) unavailable: %s", name, description, exc)
             overviews.append(
                 StoreOverview(

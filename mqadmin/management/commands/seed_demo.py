@@ -29,6 +29,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from mqadmin import services
 
 if TYPE_CHECKING:
+    from store import RedisJobStore
     from store.protocol import JobStore
 
 #: The flow parent's id: its presence marks a store as seeded.
@@ -280,7 +281,7 @@ class Command(BaseCommand):
 
     # ------------------------------------------------------------------ set-up
 
-    def _open(self, name: str, clock: DemoClock) -> JobStore:
+    def _open(self, name: str, clock: DemoClock) -> RedisJobStore:
         """A store on ``name``'s prefix driven by ``clock`` (same settings as the project's)."""
         from store import RedisJobStore
 
@@ -615,7 +616,9 @@ class Command(BaseCommand):
         clock.release()
         return created
 
-    def _flow(self, parent_store: JobStore, child_store: JobStore, clock: DemoClock) -> None:
+    def _flow(
+        self, parent_store: RedisJobStore, child_store: RedisJobStore, clock: DemoClock
+    ) -> None:
         """A parent in one store fanning out to twelve children in another, mid-way through."""
         from store.flow_runtime import child_job_id, relay_outbox
         from store.records import (
