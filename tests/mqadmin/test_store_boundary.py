@@ -28,7 +28,7 @@ FOREIGN_PRIVATE = frozenset({"_meta", "_default_manager", "_replace", "_asdict",
 
 #: Until the dashboard restructuring (issue 25, part 1) lands, these reach-ins remain in
 #: dashboard.py; it then calls ``job_store.plan_list`` / ``job_store.plan_list_by_state``
-#: and catches ``(StoreFailure, *UNAVAILABLE_ERRORS, OSError)``.  Remove the entries then:
+#: and catches ``(StoreFailure, OSError) + UNAVAILABLE_ERRORS``.  Remove the entries then:
 #: nothing may be added here.
 ALLOWED = {
     "mqadmin/dashboard.py": frozenset(
