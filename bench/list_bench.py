@@ -41,7 +41,7 @@ from typing import Any
 import redis
 
 from store import Claimed, Complete, EnqueueRequest, Fail, RedisJobStore, connect
-from store.index_admin import reindex
+from store.indexes import reindex
 
 NAMES = tuple(f"job{n:02d}" for n in range(20))
 QUEUES = tuple(f"q{n}" for n in range(5))

@@ -378,9 +378,7 @@ def check_eviction_policy(app_configs: Any = None, **kwargs: Any) -> list[CheckM
     dashboard's to report, not a check's.  Where CONFIG GET is refused (managed
     Redis), the warning says the policy could not be read.
     """
-    from redis.exceptions import RedisError
-
-    from store import StoreFailure, connect
+    from store import UNAVAILABLE_ERRORS, StoreFailure, connect
     from store.connection import mask_url
     from store.eviction import eviction_status
 
@@ -400,7 +398,7 @@ def check_eviction_policy(app_configs: Any = None, **kwargs: Any) -> list[CheckM
             client = connect(
                 url, socket_timeout=CHECK_TIMEOUT_S, socket_connect_timeout=CHECK_TIMEOUT_S
             )
-        except (StoreFailure, RedisError, OSError, ValueError):
+        except (StoreFailure, OSError, ValueError) + UNAVAILABLE_ERRORS:
             continue
         try:
             status = eviction_status(client)
@@ -427,14 +425,10 @@ def check_store_scripts(app_configs: Any = None, **kwargs: Any) -> list[CheckMes
     with a short timeout.  An unreachable Redis is the dashboard's to report, and the
     embedded Redis (no URL) has no ACL users: neither is asked.
     """
-    from redis.exceptions import RedisError
-
     from mqadmin.services import configured_stores, store_url
-    from store import StoreFailure, connect
+    from store import UNAVAILABLE_ERRORS, StoreFailure, connect
     from store.connection import mask_url
-    from store.keys import StoreKeys
-    from store.redis_store import store_error
-    from store.scripts import ScriptRegistry, permission_problem
+    from store.scripts import probe_scripts
 
     if validate_stores(getattr(settings, "MQ_STORES", None)):
         return []  # E001 reports the settings first
@@ -447,28 +441,21 @@ def check_store_scripts(app_configs: Any = None, **kwargs: Any) -> list[CheckMes
             client = connect(
                 str(url), socket_timeout=CHECK_TIMEOUT_S, socket_connect_timeout=CHECK_TIMEOUT_S
             )
-        except (StoreFailure, RedisError, OSError, ValueError):
+        except (StoreFailure, OSError, ValueError) + UNAVAILABLE_ERRORS:
             continue
-        tag = StoreKeys(str(entry["prefix"])).tag
-        registry = None
         try:
-            registry = ScriptRegistry(client, tag)
-            registry.probe()
-        except RedisError as exc:
-            if permission_problem(exc) is None:
-                continue  # not an ACL matter (unreachable, busy): the dashboard says it
-            out.append(
-                Error(
-                    f"store {name!r} on {mask_url(str(url))} cannot run its scripts: "
-                    f"{store_error('the script probe', exc, tag).message}",
-                    hint="Grant the store's Redis user the ACL in docs/guarantees.md "
-                    "'Restricted Redis users' (at least +evalsha +script|load +@read "
-                    f"+@write +publish on ~{tag}*).",
-                    id="mqadmin.E019",
-                )
-            )
+            found = probe_scripts(client, str(entry["prefix"]))
         finally:
-            if registry is not None:
-                registry.close()
             client.close()
+        if found.refusal is None:
+            continue  # it ran, or not an ACL matter (unreachable, busy): the dashboard says it
+        out.append(
+            Error(
+                f"store {name!r} on {mask_url(str(url))} cannot run its scripts: {found.refusal}",
+                hint="Grant the store's Redis user the ACL in docs/guarantees.md "
+                "'Restricted Redis users' (at least +evalsha +script|load +@read "
+                f"+@write +publish on ~{found.tag}*).",
+                id="mqadmin.E019",
+            )
+        )
     return out

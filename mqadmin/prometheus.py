@@ -39,9 +39,7 @@ class StoreCollector(Collector):
     """Collects the families above for every store in ``MQ_STORES``."""
 
     def collect(self) -> Iterator[Metric]:
-        from redis.exceptions import RedisError
-
-        from store.errors import StoreDefect, StoreFailure
+        from store.errors import UNAVAILABLE_ERRORS, StoreDefect, StoreFailure
         from store.monitoring import metrics_snapshot
 
         up = GaugeMetricFamily(
@@ -81,7 +79,7 @@ class StoreCollector(Collector):
         for name in services.configured_stores():
             try:
                 snap = metrics_snapshot(services.get_named_store(name))
-            except (StoreFailure, StoreDefect, RedisError, OSError) as exc:
+            except (StoreFailure, StoreDefect, OSError) + UNAVAILABLE_ERRORS as exc:
                 logger.warning("metrics: store %s unavailable: %s", name, type(exc).__name__)
                 up.add_metric([name], 0)
                 continue

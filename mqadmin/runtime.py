@@ -21,13 +21,17 @@ from __future__ import annotations
 import importlib
 import logging
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.db import close_old_connections
 from django.utils.module_loading import autodiscover_modules
 
 from mqadmin import services
+
+if TYPE_CHECKING:
+    from mqadmin.tasks import TaskResolver
+    from store.protocol import JobStore
 
 logger = logging.getLogger(__name__)
 
@@ -79,7 +83,7 @@ def install_commit_hook() -> None:
     set_commit_hook(hook)
 
 
-def tasks_resolver(job_store: Any, queues: list[str] | None = None) -> Any:
+def tasks_resolver(job_store: JobStore, queues: list[str] | None = None) -> TaskResolver | None:
     """The worker's resolver for the Django tasks of ``job_store``, or None.
 
     None when no Django Tasks package is installed or no ``TASKS`` backend is a

@@ -16,10 +16,13 @@ import os
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
-from redis.exceptions import RedisClusterException, RedisError
+
+if TYPE_CHECKING:
+    from store import RedisJobStore
+    from store.protocol import JobStore
 
 logger = logging.getLogger(__name__)
 
@@ -38,7 +41,7 @@ _lock = threading.Lock()
 # Redis URL (or "" for the embedded Redis) -> (client, human description of that Redis).
 _clients: dict[str, tuple[Any, str]] = {}
 # (Redis URL key, prefix, store name) -> RedisJobStore.
-_stores: dict[tuple[str, str, str], Any] = {}
+_stores: dict[tuple[str, str, str], RedisJobStore] = {}
 # Redis URL key -> client of the health probes (short timeouts, no retries).
 _probes: dict[str, Any] = {}
 #: Seconds a health probe waits to connect to a store's Redis, and for its reply.
@@ -150,10 +153,7 @@ def probe_client(entry: dict[str, Any]) -> Any:
     Raises:
         store.JobStoreError: Redis unreachable.
     """
-    from redis.backoff import NoBackoff
-    from redis.retry import Retry
-
-    from store.connection import connect
+    from store.connection import connect_probe
     from store.embedded import EmbeddedRedis
 
     url = store_url(entry)
@@ -168,12 +168,7 @@ def probe_client(entry: dict[str, Any]) -> Any:
     else:
         target = url
     # Connected outside the lock: a frozen Redis must not hold up the other stores' probes.
-    client = connect(
-        target,
-        socket_connect_timeout=PROBE_TIMEOUT_S,
-        socket_timeout=PROBE_TIMEOUT_S,
-        retry=Retry(NoBackoff(), 0),
-    )
+    client = connect_probe(target, PROBE_TIMEOUT_S)
     with _lock:
         kept = _probes.setdefault(key, client)
     if kept is not client:
@@ -217,7 +212,7 @@ def get_client(url: str | None) -> tuple[Any, str]:
         return entry
 
 
-def get_named_store(name: str) -> Any:
+def get_named_store(name: str) -> RedisJobStore:
     """The cached ``store.RedisJobStore`` of the configured store ``name``.
 
     The name is the store key (what flows use to route child reports), so every
@@ -242,7 +237,7 @@ def get_named_store(name: str) -> Any:
     with _lock:
         job_store = _stores.get(key)
         if job_store is None:
-            from store.redis_store import RedisJobStore
+            from store import RedisJobStore
 
             job_store = RedisJobStore(
                 client,
@@ -286,7 +281,7 @@ def store_overviews() -> list[StoreOverview]:
     A store whose Redis is unreachable is reported with ``error`` set rather than
     failing the whole page.
     """
-    from store.errors import StoreFailure
+    from store.errors import UNAVAILABLE_ERRORS, StoreFailure
 
     overviews: list[StoreOverview] = []
     for name, entry in configured_stores().items():
@@ -297,7 +292,7 @@ def store_overviews() -> list[StoreOverview]:
             client, _ = get_client(url)
             version = server_version(client)
             counts = get_named_store(name).counts()
-        except (StoreFailure, RedisError, RedisClusterException, OSError) as exc:
+        except (StoreFailure, OSError) + UNAVAILABLE_ERRORS as exc:
             logger.warning("store %s (%s) unavailable: %s", name, description, exc)
             overviews.append(
                 StoreOverview(
@@ -390,13 +385,13 @@ class DedupeOwner:
     expires_at: int | None
 
 
-def job_lock_info(job_store: Any, job_id: str) -> LockInfo:
+def job_lock_info(job_store: JobStore, job_id: str) -> LockInfo:
     """The lock token and expiry of ``job_id`` (both None when it is not active)."""
     info = job_store.lock_info(job_id)
     return LockInfo(info.token, info.expires_at)
 
 
-def dedupe_owner(job_store: Any, name: str, key: str) -> DedupeOwner | None:
+def dedupe_owner(job_store: JobStore, name: str, key: str) -> DedupeOwner | None:
     """The job the (name, key) dedupe entry points at now, or None when the key is free."""
     owner = job_store.dedupe_owner(name, key)
     return None if owner is None else DedupeOwner(owner.job_id, owner.expires_at)
@@ -420,61 +415,34 @@ class IndexSummary:
     warnings: list[str] = field(default_factory=list)
 
 
-def bounded_index_status(job_store: Any) -> list[IndexSummary]:
+def bounded_index_status(job_store: JobStore) -> list[IndexSummary]:
     """Index status per kind without walking the keyspace.
 
-    ``store.index_admin.index_status`` finds index zsets with SCAN, which reads every
+    ``store.indexes.index_status`` finds index zsets with SCAN, which reads every
     key of the database (millions of rows: seconds).  A page cannot afford that, so
-    here the zsets are looked up by name: ``byname:<n>`` for every job name the store
-    knows and ``byqueue:<q>`` for every queue, their sizes read in one round trip.
-    Zsets of names the store no longer lists are not counted; the SCAN-based
-    ``reclaim_indexes --dry-run`` gives the exhaustive figure.
+    here the zsets are looked up by name (``RedisJobStore.index_summary``): the index
+    set of every job name and every queue the store knows, their sizes read in one
+    round trip.  Zsets of names the store no longer lists are not counted; the
+    SCAN-based ``reclaim_indexes --dry-run`` gives the exhaustive figure.
     """
-    from store.chunks import sizes
-    from store.redis_store import redis_errors
-
-    names = job_store.job_names()
-    queues = job_store.queue_names()
-    with redis_errors("index status"):
-        pipe = job_store.client.pipeline(transaction=False)
-        pipe.get(job_store.keys.index_ready("name"))
-        pipe.get(job_store.keys.index_ready("queue"))
-        replies = pipe.execute()
-        # The indexes are chunked sets: their sizes are kept in one hash (store/chunks.py).
-        directories = [job_store.keys.byname(n) for n in names]
-        directories += [job_store.keys.byqueue(q) for q in queues]
-        replies += sizes(job_store.client, job_store.keys, directories)
-    markers = {"name": replies[0], "queue": replies[1]}
-    cards = {"name": replies[2 : 2 + len(names)], "queue": replies[2 + len(names) :]}
-    known = {"name": len(names), "queue": len(queues)}
     out: list[IndexSummary] = []
-    for kind in ("name", "queue"):
-        raw = markers[kind]
-        ready_at: int | None = None
-        bad_marker: str | None = None
-        if raw not in (None, ""):
-            try:
-                ready_at = int(raw)
-            except ValueError:
-                bad_marker = str(raw)[:40]
-        nonzero = [int(card) for card in cards[kind] if card]
-        enabled = bool(job_store.indexes[kind])
+    for measured in job_store.index_summary():
         summary = IndexSummary(
-            kind=kind,
-            enabled=enabled,
-            ready_at=ready_at,
-            bad_marker=bad_marker,
-            zsets=len(nonzero),
-            members=sum(nonzero),
-            known=known[kind],
+            kind=measured.kind,
+            enabled=measured.enabled,
+            ready_at=measured.ready_at,
+            bad_marker=measured.bad_marker,
+            zsets=measured.zsets,
+            members=measured.members,
+            known=measured.known,
         )
-        summary.warnings.extend(_index_warnings(summary, marker_present=raw not in (None, "")))
+        summary.warnings.extend(_index_warnings(summary, marker_present=measured.marker_present))
         out.append(summary)
     return out
 
 
 def _index_warnings(summary: IndexSummary, *, marker_present: bool) -> list[str]:
-    # The same rules as store.index_admin's status, phrased for a page.
+    # The same rules as store.indexes.index_status's, phrased for a page.
     kind = summary.kind
     warnings: list[str] = []
     if summary.enabled and not marker_present:

@@ -67,7 +67,7 @@ except ImportError:  # Django 5.2 with the django-tasks backport
 
 from store.errors import InvalidRequestError, JobStoreError
 from store.jobs import Job, current_job, unrecoverable
-from store.keys import NUL
+from store.protocol import JobStore
 from store.records import AttemptRecord, BackoffPolicy, EnqueueRequest, JobRecord
 from store.registry import StoreRegistry, default_registry
 
@@ -179,13 +179,8 @@ def _ms_to_dt(ms: int | None) -> datetime | None:
         return None
 
 
-def marker(queue: str, name: str) -> str:
-    """The member of the store's ``resolvable`` set that marks ``name`` runnable on ``queue``."""
-    return f"{queue}{NUL}{name}"
-
-
-# (Redis client, resolvable key, marker) -> monotonic time it was last written, shared by
-# every backend of the process.
+# (store, queue, module path) -> monotonic time the pair was last recorded as runnable
+# (``RedisJobStore.record_resolvable``), shared by every backend of the process.
 _markers: dict[tuple[int, str, str], float] = {}
 _markers_lock = threading.Lock()
 
@@ -288,7 +283,7 @@ class StoreBackend(BaseTaskBackend):  # type: ignore[misc,valid-type]
     # ------------------------------------------------------------ helpers
 
     @property
-    def store(self) -> Any:
+    def store(self) -> JobStore:
         return self.registry.get(self.store_key)
 
     def _validate(self, task: Task) -> str:
@@ -343,7 +338,7 @@ class StoreBackend(BaseTaskBackend):  # type: ignore[misc,valid-type]
             delay_ms=delay,
         )
 
-    def _insert(self, store: Any, request: EnqueueRequest) -> str:
+    def _insert(self, store: JobStore, request: EnqueueRequest) -> str:
         """Write the job, and (first time in a while) mark its name runnable on its queue."""
         try:
             job_id: str = store.enqueue(request).id
@@ -352,16 +347,14 @@ class StoreBackend(BaseTaskBackend):  # type: ignore[misc,valid-type]
             if refusal is None:
                 raise
             raise refusal from exc
-        key = (id(store.client), store.keys.resolvable, marker(request.queue, request.name))
+        key = (id(store), request.queue, request.name)
         seen = _markers.get(key)
         now = time.monotonic()
         if seen is None or now - seen > MARKER_TTL_S:
-            store._command("record task name", "sadd", key[1], key[2])
+            # First time: an idle worker may have read the names just before the pair landed.
+            store.record_resolvable(request.queue, request.name, wake=seen is None)
             with _markers_lock:
                 _markers[key] = now
-            if seen is None:
-                # An idle worker may have read the names just before the marker landed.
-                store._signal_wake(request.queue)
         return job_id
 
     # ------------------------------------------------------------ the backend API
@@ -572,7 +565,7 @@ def _result(
     return result
 
 
-def _check_encodable(store: Any, request: EnqueueRequest) -> None:
+def _check_encodable(store: JobStore, request: EnqueueRequest) -> None:
     """Refuse now what the deferred write would refuse later."""
     from store import codec
 
@@ -666,7 +659,7 @@ class TaskResolver:
 
     def __init__(
         self,
-        store: Any,
+        store: JobStore,
         queues: Iterable[str] = (),
         only: Iterable[str] | None = None,
         backend_alias: str = "default",
@@ -687,10 +680,7 @@ class TaskResolver:
         with self._lock:
             if time.monotonic() - self._read_at < 0.1:
                 return self._by_queue
-            by_queue: dict[str, set[str]] = {}
-            for member in self.store.client.sscan_iter(self.store.keys.resolvable, count=500):
-                queue, _, name = member.partition(NUL)
-                by_queue.setdefault(queue, set()).add(name)
+            by_queue = self.store.resolvable_names()
             self._by_queue, self._read_at = by_queue, time.monotonic()
             return by_queue
 
@@ -735,7 +725,7 @@ def _job(name: str, store_key: str, handler: Callable[..., Any]) -> Job:
 class _TaskRunner:
     """Runs one Django task for the worker: arguments, context, signals, exit envelope."""
 
-    def __init__(self, task: Task, store: Any, alias: str) -> None:
+    def __init__(self, task: Task, store: JobStore, alias: str) -> None:
         self.task = task
         self.store = store
         self.alias = alias

@@ -8,6 +8,7 @@ from __future__ import annotations
 from store.clock import Clock, FakeClock, system_clock
 from store.connection import connect
 from store.errors import (
+    UNAVAILABLE_ERRORS,
     InvalidCursorError,
     InvalidRequestError,
     JobCancelledError,
@@ -44,6 +45,8 @@ from store.jobs import (
     job,
     unrecoverable,
 )
+from store.keys import check_prefix
+from store.protocol import JobStore
 from store.records import (
     ALL_STATES,
     MAX_RUN_AT_MS,

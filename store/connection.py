@@ -30,7 +30,7 @@ from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
 
 import redis
 import redis.cluster
-from redis.backoff import ExponentialBackoff
+from redis.backoff import ExponentialBackoff, NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisClusterException, RedisError
 from redis.retry import Retry
@@ -154,6 +154,25 @@ def connect(url: str | None = None, *, cluster: bool = False, **kwargs: Any) -> 
         raise InvalidRequestError(f"invalid Redis URL {mask_url(url)}: {exc}") from exc
     logger.debug("connected to Redis at %s", mask_url(url))
     return client
+
+
+def connect_probe(url: str | None, timeout_s: float) -> Client:
+    """Open a client for health probes (``/readyz/``): it fails fast, never retries.
+
+    Like :func:`connect`, but the client waits at most ``timeout_s`` seconds to connect
+    and for each reply, and retries nothing (not even a refused connection), so a
+    probe of a Redis that is down or frozen answers within about ``timeout_s``.
+
+    Raises:
+        JobStoreError: the server could not be reached.
+        InvalidRequestError: the URL is not one of the accepted forms.
+    """
+    return connect(
+        url,
+        socket_connect_timeout=timeout_s,
+        socket_timeout=timeout_s,
+        retry=Retry(NoBackoff(), 0),
+    )
 
 
 def _timeout_options() -> dict[str, Any]:

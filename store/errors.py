@@ -5,9 +5,20 @@ expected to handle.  Defects (subclasses of :class:`StoreDefect`) mean the
 caller or the configuration is wrong; they are never part of an operation's
 declared error channel.  Each class carries a stable ``tag`` (the contract's
 name) so errors can be classified without relying on class identity.
+
+It also holds the mapping from redis-py's exceptions to the store's
+(:func:`redis_errors`, :func:`store_error`, :func:`permission_problem`) and
+:data:`UNAVAILABLE_ERRORS`, the exception types of a raw client that callers treat
+as "this Redis is unavailable": code outside ``store`` never imports ``redis``.
 """
 
 from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Iterator
+
+from redis.exceptions import NoPermissionError, RedisClusterException, RedisError, ResponseError
 
 
 class StoreFailure(Exception):
@@ -159,3 +170,84 @@ class JobCancelledError(StoreDefect):
     def __init__(self, job_id: str) -> None:
         super().__init__(f"job {job_id!r} was cancelled")
         self.job_id = job_id
+
+
+#: The exceptions a redis-py client (as :func:`store.connect` returns it) raises when its
+#: Redis is unreachable, refuses a command or answers with an error: a caller holding
+#: such a client catches these (with :class:`StoreFailure`) to report the Redis as
+#: unavailable.  ``RedisClusterException`` is not a ``RedisError`` in redis-py.
+UNAVAILABLE_ERRORS: tuple[type[Exception], ...] = (RedisError, RedisClusterException)
+
+
+def is_permission_error(exc: BaseException) -> bool:
+    """Whether Redis refused a command (or a command inside a script) by the user's ACL."""
+    if isinstance(exc, NoPermissionError):
+        return True
+    # A command a script runs is refused with a plain ERR reply that says why.
+    return isinstance(exc, ResponseError) and "The user executing the script can't" in str(exc)
+
+
+#: The ACL category a refused command belongs to (docs/guarantees.md lists the whole ACL).
+_CATEGORY = {
+    "evalsha": "@scripting",
+    "eval": "@scripting",
+    "script|load": "@scripting",
+    "fcall": "@scripting",
+    "publish": "@pubsub",
+    "subscribe": "@pubsub",
+    "ping": "@connection",
+}
+_REFUSED_COMMAND = re.compile(r"permissions to run the '([^']+)' command")
+
+
+def permission_problem(exc: BaseException, tag: str = "") -> str | None:
+    """For an ACL refusal, a sentence naming what the Redis user lacks; None otherwise."""
+    if not is_permission_error(exc):
+        return None
+    text = str(exc)
+    keys = f"~{tag}*" if tag else "the store's key pattern"
+    match = _REFUSED_COMMAND.search(text)
+    if match:
+        command = match.group(1).lower()
+        category = _CATEGORY.get(command.split("|")[0], "@read or @write")
+        return (
+            f"the Redis user may not run {command.upper().replace('|', ' ')} (ACL command "
+            f"'{command}', category {category}); grant it with ACL SETUSER <user> +{command} "
+            "(docs/guarantees.md: Restricted Redis users)"
+        )
+    if "channel" in text:
+        return (
+            "the Redis user may not use the store's wake channel (ACL channels); grant it with "
+            f"ACL SETUSER <user> &{tag}:wake (docs/guarantees.md: Restricted Redis users)"
+        )
+    if "key" in text:
+        return (
+            f"the Redis user may not access the store's keys (ACL keys); grant them with "
+            f"ACL SETUSER <user> {keys} (docs/guarantees.md: Restricted Redis users)"
+        )
+    return (
+        "the Redis user may not run a command of the store's scripts (ACL; ACL LOG names it); "
+        "the scripts need +@read +@write +publish (docs/guarantees.md: Restricted Redis users)"
+    )
+
+
+def store_error(operation: str, exc: RedisError, tag: str = "") -> JobStoreError:
+    """The JobStoreError for a redis-py error; an ACL refusal names what the user lacks."""
+    problem = permission_problem(exc, tag)
+    if problem is not None:
+        return JobStoreError(f"{operation} failed: {problem} (Redis said: {exc})", exc)
+    return JobStoreError(f"{operation} failed: {exc}", exc)
+
+
+@contextlib.contextmanager
+def redis_errors(operation: str) -> Iterator[None]:
+    """Connection and server errors reach callers as JobStoreError with the cause chained."""
+    try:
+        yield
+    except RedisError as exc:
+        raise store_error(operation, exc) from exc
+    except UnicodeDecodeError as exc:
+        # Data written by a foreign client that is not UTF-8: refuse it clearly.
+        raise JobStoreError(
+            f"{operation} failed: Redis returned data that is not UTF-8 ({exc})", exc
+        ) from exc

@@ -21,6 +21,7 @@ from store.errors import InvalidRequestError, JobStoreError
 from store.keys import WAITING_SEQ_WIDTH
 from store.listing import (
     DEFAULT_SCAN_BUDGET,
+    StatePlan,
     list_script_args,
     parse_cursor,
     plan_state_query,
@@ -252,6 +253,26 @@ class InsightOperations:
     def oldest_waiting(self, queue: str) -> JobRecord | None:
         """The waiting job of ``queue`` that has been runnable longest (see ``oldest_runnable``)."""
         return self.oldest_runnable(queue).record
+
+    def plan_list_by_state(
+        self,
+        states: list[str],
+        queue: str | None = None,
+        name: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+        order: str = "desc",
+    ) -> StatePlan:
+        """How ``list_by_state`` with these filters would be served, without reading a row.
+
+        The plan names the sets the page would be read from (``route``, ``sources``), the
+        order they keep (``order_field``) and the filters left to check per row
+        (``residual``).  Raises as ``list_by_state`` would: ``InvalidRequestError`` for a
+        bad argument, ``ListOrderUnsupportedError`` for states kept in different orders
+        (or too many sets).  Reads the store's known (queue, name) pairs: one command.
+        """
+        return plan_state_query(
+            self.keys, states, queue, name, metadata, order, self._queue_names()
+        )
 
     def list_by_state(
         self,

@@ -15,14 +15,17 @@ NUL = "\0"
 WAITING_SEQ_WIDTH = 16
 
 
+def check_prefix(prefix: str) -> None:
+    """Raise ValueError unless ``prefix`` can name a store (non-empty; no braces, no NUL)."""
+    if not prefix or any(c in prefix for c in "{}\0"):
+        raise ValueError("a store prefix must be non-empty and must not contain '{', '}' or NUL")
+
+
 class StoreKeys:
     """Key names of one store."""
 
     def __init__(self, prefix: str) -> None:
-        if not prefix or any(c in prefix for c in "{}\0"):
-            raise ValueError(
-                "a store prefix must be non-empty and must not contain '{', '}' or NUL"
-            )
+        check_prefix(prefix)
         self.prefix = prefix
         self.tag = "{" + prefix + "}"
         tag = self.tag

@@ -41,9 +41,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from store.errors import StoreFailure
+from store.chunks import TAIL_FIELDS, split_chunk_key
+from store.errors import StoreFailure, redis_errors
+from store.indexes import keys_index_pattern, scan_zsets
 from store.keys import NUL, StoreKeys
-from store.redis_store import redis_errors
 from store.scripts import ScriptRegistry
 
 if TYPE_CHECKING:
@@ -97,6 +98,13 @@ def read_layout(client: Any, prefix: str) -> int | None:
     return _read(client, StoreKeys(prefix))
 
 
+def plain_job_count(client: Any, prefix: str) -> int:
+    """The number of jobs of store ``prefix`` in layout 1 or 2, where ``all`` is a plain
+    sorted set of every job (the total of :func:`migrate`'s first pass).  One ZCARD."""
+    with redis_errors("migrate_store"):
+        return int(client.zcard(StoreKeys(prefix).all))
+
+
 def check_layout(store: RedisJobStore) -> int:
     """At start: stamp the marker of a new store; refuse any layout but the current one."""
     layout = _read(store.client, store.keys)
@@ -126,7 +134,6 @@ def check_layout(store: RedisJobStore) -> int:
 def _stamp(client: Any, keys: StoreKeys, layout: int) -> None:
     """Serve a ``STAMPED`` layout: drop layout 3's tail cache fields, then stamp the marker
     (unless another process changed it meanwhile).  Both steps are idempotent."""
-    from store.chunks import TAIL_FIELDS
 
     suffixes = tuple(NUL + w for w in TAIL_FIELDS)
     with redis_errors("check_layout"):
@@ -166,9 +173,6 @@ _INDEX_SETS = (("byname", "name"), ("byqueue", "queue"))
 def _plain_sets(client: Any, keys: StoreKeys) -> list[tuple[str, str]]:
     """(kind, name or queue) of the all-jobs set and every index set of the store, for
     migrate_set (which leaves a set already chunked alone): SCAN pages of 500."""
-    from store.chunks import split_chunk_key
-    from store.index_admin import keys_index_pattern, scan_zsets
-
     found: list[tuple[str, str]] = [("all", "")]
     seen: set[str] = set()
     for kind, index_kind in _INDEX_SETS:

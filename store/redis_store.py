@@ -8,9 +8,8 @@ calls (chunks of at most 500).
 
 from __future__ import annotations
 
-import contextlib
 import logging
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,14 +26,18 @@ from store.errors import (
     JobStoreError,
     LockLostError,
     StoreFailure,
+    redis_errors,
+    store_error,
 )
 from store.eviction import warn_once
 from store.flows import FlowOperations
-from store.indexes import reconcile_indexes
+from store.indexes import IndexSummary, index_summary, normalize_indexes, reconcile_indexes
 from store.insights import InsightOperations
-from store.keys import StoreKeys
+from store.keys import NUL, StoreKeys
+from store.layout import check_layout
 from store.listing import (
     DEFAULT_SCAN_BUDGET,
+    ListPlan,
     list_script_args,
     parse_cursor,
     plan_list_query,
@@ -61,7 +64,7 @@ from store.records import (
     StalledJob,
 )
 from store.schedules import ScheduleOperations
-from store.scripts import ScriptRegistry, permission_problem
+from store.scripts import ScriptRegistry
 from store.wake import BROADCAST, WakeHub
 
 logger = logging.getLogger(__name__)
@@ -112,21 +115,6 @@ def _positive_ms(value: Any, what: str) -> int:
     return int(value)
 
 
-def normalize_indexes(value: Any) -> dict[str, bool]:
-    if value is True or value is None:
-        return {"name": True, "queue": True}
-    if value is False:
-        return {"name": False, "queue": False}
-    if isinstance(value, Mapping):
-        unknown = set(value) - {"name", "queue"}
-        if unknown:
-            raise InvalidRequestError(f"indexes has unknown kinds: {sorted(unknown)}")
-        return {"name": bool(value.get("name", True)), "queue": bool(value.get("queue", True))}
-    raise InvalidRequestError(
-        f"indexes must be True, False or {{'name': bool, 'queue': bool}}, got {value!r}"
-    )
-
-
 @dataclass(frozen=True)
 class ClaimBatch:
     """What ``ack_and_claim_many`` returns: the claimed (job, token) pairs, an Empty
@@ -135,28 +123,6 @@ class ClaimBatch:
     jobs: list[tuple[JobRecord, str]]
     empty: Empty | None
     ack_errors: list[StoreFailure | None]
-
-
-def store_error(operation: str, exc: RedisError, tag: str = "") -> JobStoreError:
-    """The JobStoreError for a redis-py error; an ACL refusal names what the user lacks."""
-    problem = permission_problem(exc, tag)
-    if problem is not None:
-        return JobStoreError(f"{operation} failed: {problem} (Redis said: {exc})", exc)
-    return JobStoreError(f"{operation} failed: {exc}", exc)
-
-
-@contextlib.contextmanager
-def redis_errors(operation: str) -> Iterator[None]:
-    """Connection and server errors reach callers as JobStoreError with the cause chained."""
-    try:
-        yield
-    except RedisError as exc:
-        raise store_error(operation, exc) from exc
-    except UnicodeDecodeError as exc:
-        # Data written by a foreign client that is not UTF-8: refuse it clearly.
-        raise JobStoreError(
-            f"{operation} failed: Redis returned data that is not UTF-8 ({exc})", exc
-        ) from exc
 
 
 class RedisJobStore(ScheduleOperations, FlowOperations, InsightOperations):
@@ -197,8 +163,6 @@ class RedisJobStore(ScheduleOperations, FlowOperations, InsightOperations):
             self._scripts = ScriptRegistry(client, self.keys.tag)
         self._wake = WakeHub(client, self.keys.wake)
         # Refuses a data layout this version does not know (store/layout.py).
-        from store.layout import check_layout
-
         #: The data layout of the store's job hashes at start (store/layout.py).
         self.layout = check_layout(self)
         # Fatal on failure: a store never starts with half-configured indexes.
@@ -209,13 +173,16 @@ class RedisJobStore(ScheduleOperations, FlowOperations, InsightOperations):
     def __repr__(self) -> str:
         return f"RedisJobStore(prefix={self.prefix!r}, store_key={self.store_key!r})"
 
-    def close(self) -> None:
+    def close(self, *, close_client: bool = False) -> None:
         """Stop the wake subscriber and drop this store's own connections.
 
-        The Redis client (and its pool) belongs to the caller.
+        The Redis client (and its pool) belongs to the caller; ``close_client=True``
+        closes it too, for a caller that opened a client for this store alone.
         """
         self._wake.close()
         self._scripts.close()
+        if close_client:
+            self.client.close()
 
     def now(self) -> int:
         return int(self._clock())
@@ -804,6 +771,27 @@ class RedisJobStore(ScheduleOperations, FlowOperations, InsightOperations):
         ]
         return ListResult(items, page.next_cursor, page.truncated, page.scanned)
 
+    def plan_list(
+        self,
+        queue: str | None = None,
+        name: str | None = None,
+        states: Iterable[str] | None = None,
+        metadata: Mapping[str, str] | None = None,
+        order_by: str = "enqueued_at",
+        order: str = "desc",
+    ) -> ListPlan:
+        """How ``list`` with these filters would be served, without touching Redis.
+
+        The plan names the structure the page would be read from (``route``,
+        ``sources``) and the filters left to check per row (``residual``).  Raises as
+        ``list`` would: ``InvalidRequestError`` for a bad argument,
+        ``ListOrderUnsupportedError`` or ``ListIndexDisabledError`` for a combination
+        this store cannot serve without a full scan.
+        """
+        return plan_list_query(
+            self.keys, self.indexes, queue, name, states, metadata, order_by, order
+        )
+
     # ------------------------------------------------------------------ admin verbs
 
     def retry(self, job_id: str) -> None:
@@ -851,6 +839,39 @@ class RedisJobStore(ScheduleOperations, FlowOperations, InsightOperations):
     def paused_queues(self) -> list[str]:
         with redis_errors("paused_queues"):
             return sorted(self.client.smembers(self.keys.paused))
+
+    # ------------------------------------------------------------------ indexes
+
+    def index_summary(self) -> list[IndexSummary]:
+        """Per index kind: configuration, ready marker and the size of the index sets of the
+        names and queues this store knows, in bounded calls (see ``store.indexes.index_summary``)."""
+        return index_summary(self)
+
+    # ------------------------------------------------------------------ name resolvers
+
+    def record_resolvable(self, queue: str, name: str, *, wake: bool = False) -> None:
+        """Record that jobs named ``name`` on ``queue`` are run through a name resolver.
+
+        Workers serving the store through a resolver (``Worker(resolver=...)``, e.g. the
+        Django Tasks backend's) read these pairs with :meth:`resolvable_names` to learn
+        which names to claim.  Idempotent (one SADD).  ``wake=True`` then wakes the
+        queue's idle workers, which may have read the names just before this pair landed.
+        """
+        self._command("record task name", "sadd", self.keys.resolvable, f"{queue}{NUL}{name}")
+        if wake:
+            self._wake.signal(queue)
+
+    def resolvable_names(self) -> dict[str, set[str]]:
+        """Every pair recorded by :meth:`record_resolvable`: queue -> job names.
+
+        Read with SSCAN pages of 500 (a set that grows with the number of task names).
+        """
+        by_queue: dict[str, set[str]] = {}
+        with redis_errors("resolvable names"):
+            for member in self.client.sscan_iter(self.keys.resolvable, count=500):
+                queue, _, name = member.partition(NUL)
+                by_queue.setdefault(queue, set()).add(name)
+        return by_queue
 
     # ------------------------------------------------------------------ maintenance
 

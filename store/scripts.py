@@ -1,7 +1,7 @@
 """The Lua script registry.
 
 Each atomic operation is one file in ``store/lua/``; the shared helpers in
-``store/lua/lib/`` are stitched in front of it, in the order ``HELPERS`` lists.  On a
+``store/lua/lib/`` are stitched in front of it, in file-name order.  On a
 standalone Redis 7+ the whole set is loaded once as a Redis Function library
 (helpers are then built once per server, not on every call); on Redis 6.2, on
 Redis Cluster, and for a Redis user that may not run FUNCTION LOAD or FCALL
@@ -17,16 +17,19 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import re
 import threading
 import weakref
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import redis
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoPermissionError, NoScriptError, ResponseError
+from redis.exceptions import NoPermissionError, NoScriptError, RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from store.errors import permission_problem, store_error
+from store.keys import StoreKeys
 
 LUA_DIR = Path(__file__).with_name("lua")
 
@@ -43,43 +46,10 @@ except ImportError:  # pure-Python fallback
     _hiredis_pack = None
 
 
-#: The helper files of ``store/lua/lib/``, in the order they are joined.  Each file's
-#: ``local`` names exist only after it, so a file comes after every file it uses:
-HELPERS = (
-    "calls",  # call_runs: commands over argument arrays of any length
-    "keys",  # bind(tag), the K_* keys, every k_* key builder and member builder
-    "owed",  # owe / with_owed: work a script leaves to bounded follow-up calls
-    "chunks",  # the chunked sorted sets (all-jobs set, list indexes) and their head
-    "rows",  # job rows: fmt, long values, waiting members, requests, insert
-    "ledger",  # the attempts ledger and the flow outbox
-    "dedupe",  # the dedupe registry
-    "flows",  # flow dependency rows
-    "errors",  # per-error aggregates
-    "parked",  # flow parents parked in waiting-children
-    "retention",  # deleting rows, keep policies
-    "transitions",  # snapshot, finish, make_waiting, cancel
-    "claim_ack",  # claim_next, ack_job, the claim scripts' arguments
-    "begin_call",  # per-call set-up (bind, owed work, head folded)
-)
-
-
-def helper_paths(lua_dir: Path = LUA_DIR) -> list[Path]:
-    """The helper files of ``lua_dir/lib`` in load order; every file there must be listed."""
-    listed = [lua_dir / "lib" / f"{name}.lua" for name in HELPERS]
-    present = set((lua_dir / "lib").glob("*.lua"))
-    if present != set(listed):
-        missing = sorted(p.name for p in set(listed) - present)
-        unlisted = sorted(p.name for p in present - set(listed))
-        raise RuntimeError(
-            f"store/lua/lib does not match scripts.HELPERS: missing {missing}, unlisted {unlisted}"
-        )
-    return listed
-
-
 @functools.cache
 def _preamble() -> str:
     parts = []
-    for path in helper_paths():
+    for path in sorted((LUA_DIR / "lib").glob("*.lua")):
         parts.append(f"-- >>> lib/{path.name}\n{path.read_text(encoding='utf-8')}")
     return "\n".join(parts)
 
@@ -136,58 +106,6 @@ def _with_shebang(name: str, text: str, strict: bool) -> str:
     if not strict or text.startswith("#!"):
         return text
     return ("#!lua flags=allow-oom\n" if name in OOM_SAFE else "#!lua\n") + text
-
-
-def is_permission_error(exc: BaseException) -> bool:
-    """Whether Redis refused a command (or a command inside a script) by the user's ACL."""
-    if isinstance(exc, NoPermissionError):
-        return True
-    # A command a script runs is refused with a plain ERR reply that says why.
-    return isinstance(exc, ResponseError) and "The user executing the script can't" in str(exc)
-
-
-#: The ACL category a refused command belongs to (docs/guarantees.md lists the whole ACL).
-_CATEGORY = {
-    "evalsha": "@scripting",
-    "eval": "@scripting",
-    "script|load": "@scripting",
-    "fcall": "@scripting",
-    "publish": "@pubsub",
-    "subscribe": "@pubsub",
-    "ping": "@connection",
-}
-_REFUSED_COMMAND = re.compile(r"permissions to run the '([^']+)' command")
-
-
-def permission_problem(exc: BaseException, tag: str = "") -> str | None:
-    """For an ACL refusal, a sentence naming what the Redis user lacks; None otherwise."""
-    if not is_permission_error(exc):
-        return None
-    text = str(exc)
-    keys = f"~{tag}*" if tag else "the store's key pattern"
-    match = _REFUSED_COMMAND.search(text)
-    if match:
-        command = match.group(1).lower()
-        category = _CATEGORY.get(command.split("|")[0], "@read or @write")
-        return (
-            f"the Redis user may not run {command.upper().replace('|', ' ')} (ACL command "
-            f"'{command}', category {category}); grant it with ACL SETUSER <user> +{command} "
-            "(docs/guarantees.md: Restricted Redis users)"
-        )
-    if "channel" in text:
-        return (
-            "the Redis user may not use the store's wake channel (ACL channels); grant it with "
-            f"ACL SETUSER <user> &{tag}:wake (docs/guarantees.md: Restricted Redis users)"
-        )
-    if "key" in text:
-        return (
-            f"the Redis user may not access the store's keys (ACL keys); grant them with "
-            f"ACL SETUSER <user> {keys} (docs/guarantees.md: Restricted Redis users)"
-        )
-    return (
-        "the Redis user may not run a command of the store's scripts (ACL; ACL LOG names it); "
-        "the scripts need +@read +@write +publish (docs/guarantees.md: Restricted Redis users)"
-    )
 
 
 def _server_major(client: Any) -> int:
@@ -356,3 +274,43 @@ class ScriptRegistry:
             self._connections = weakref.WeakSet()
         for conn in connections:
             conn.disconnect()
+
+
+@dataclass(frozen=True)
+class ScriptsCheck:
+    """What :func:`probe_scripts` found for one store prefix."""
+
+    #: The store's hash tag, ``{prefix}``: its Redis user needs the keys ``~{tag}*``.
+    tag: str
+    #: The probe script ran.
+    ok: bool
+    #: When the Redis user's ACL refused it: the store's message naming what the user
+    #: lacks; None when it ran, or failed for another reason (unreachable, busy).
+    refusal: str | None = None
+
+
+def probe_scripts(client: Any, prefix: str) -> ScriptsCheck:
+    """Run the store ``prefix``'s cheap read-only probe script with ``client``, as the store would.
+
+    Loads the scripts as a store does (a Redis Function on Redis 7 when the user may
+    load one, else EVALSHA) without building a store (no boot reconcile), so a
+    deployment check can tell an ACL that refuses the scripts from an unreachable
+    Redis.  The client belongs to the caller.
+
+    Raises:
+        ValueError: ``prefix`` cannot name a store.
+    """
+    tag = StoreKeys(prefix).tag
+    registry = None
+    try:
+        registry = ScriptRegistry(client, tag)
+        registry.probe()
+    except RedisError as exc:
+        refusal = None
+        if permission_problem(exc) is not None:
+            refusal = store_error("the script probe", exc, tag).message
+        return ScriptsCheck(tag, ok=False, refusal=refusal)
+    finally:
+        if registry is not None:
+            registry.close()
+    return ScriptsCheck(tag, ok=True)

@@ -37,8 +37,7 @@ from store import (
 from store import scripts as store_scripts
 from store.codec import join_pieces
 from store.consistency import check_store
-from store.index_admin import index_status, reindex
-from store.indexes import heal_index_tail, rebuild_index
+from store.indexes import heal_index_tail, index_status, rebuild_index, reindex
 from store.layout import migrate
 from store.scripts import ScriptRegistry, script_names
 from tests.cluster.conftest import (

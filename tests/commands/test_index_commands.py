@@ -18,7 +18,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from store import FakeClock, RedisJobStore
-from store.index_admin import index_pattern
+from store.indexes import index_pattern
 from tests.store.helpers import chunked_members, chunked_remove, req
 
 ROWS = 1250

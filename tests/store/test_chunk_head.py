@@ -7,7 +7,7 @@ from __future__ import annotations
 from store import EnqueueRequest
 from store.chunks import HEAD_ROWS, sizes
 from store.consistency import check_store
-from store.index_admin import reclaim_index
+from store.indexes import reclaim_index
 from store.layout import LAYOUT, layout_key, migrate
 from tests.store.helpers import assert_chunked_set, chunked_members, head_members
 

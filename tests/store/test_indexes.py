@@ -1,4 +1,4 @@
-"""The list indexes' lifecycle (store-contract.md §7.3, redis-layout.md §8) and index_admin.
+"""The list indexes' lifecycle (store-contract.md §7.3, redis-layout.md §8) and its operator tools.
 
 Boot reconcile: full rebuild without a marker, tail heal with one, marker-only
 deletion when disabled; and the operator tools: ``index_status``,
@@ -25,7 +25,7 @@ from store import (
     RedisJobStore,
 )
 from store.chunks import CHUNK_CAPACITY, split_chunk_key
-from store.index_admin import (
+from store.indexes import (
     IndexStatus,
     ReclaimResult,
     glob_escape,
@@ -453,7 +453,7 @@ def test_reindex_drops_the_marker_before_scanning(make_store, redis_client, monk
     def crash(*_args: Any, **_kwargs: Any) -> int:
         raise JobStoreError("boom")
 
-    monkeypatch.setattr("store.index_admin.rebuild_index", crash)
+    monkeypatch.setattr("store.indexes.rebuild_index", crash)
     with pytest.raises(JobStoreError):
         reindex(store, "queue")
     assert redis_client.get(store.keys.index_ready("queue")) is None

@@ -21,7 +21,6 @@ from mqadmin.tasks import (
     TaskCancelled,
     TaskNotImportable,
     TaskResultDoesNotExist,
-    marker,
 )
 from store import EnqueueRequest
 from store.errors import InvalidRequestError
@@ -432,7 +431,7 @@ def test_unknown_module_path_fails_the_job_not_the_worker(
     ghost = main_store.enqueue(
         EnqueueRequest(name="gone.module.some_task", payload={"args": [], "kwargs": {}})
     ).id
-    main_store.client.sadd(main_store.keys.resolvable, marker("default", "gone.module.some_task"))
+    main_store.record_resolvable("default", "gone.module.some_task")
     good = t.labelled.enqueue("after the ghost")
 
     run_worker()
@@ -449,7 +448,7 @@ def test_unknown_module_path_fails_the_job_not_the_worker(
 def test_a_path_that_is_not_a_task_fails_clearly(main_store: Any, run_worker: Any) -> None:
     name = "tests.tasks.sample_tasks.record"  # a plain function, not a @task
     job_id = main_store.enqueue(EnqueueRequest(name=name, payload={"args": ["x"], "kwargs": {}})).id
-    main_store.client.sadd(main_store.keys.resolvable, marker("default", name))
+    main_store.record_resolvable("default", name)
     run_worker()
     record = stored(main_store, job_id)
     assert record.state == "failed" and "not a Django task" in record.exit["error"]["message"]
@@ -523,7 +522,7 @@ def test_worker_serves_only_the_backend_queues(main_store: Any, run_worker: Any)
             name=t.noop_task.module_path, queue="elsewhere", payload={"args": [], "kwargs": {}}
         )
     ).id
-    main_store.client.sadd(main_store.keys.resolvable, marker("elsewhere", t.noop_task.module_path))
+    main_store.record_resolvable("elsewhere", t.noop_task.module_path)
     output = run_worker()
     assert "Django tasks: serving queues default, queue-1" in output
     assert stored(main_store, stray).state == "waiting"

@@ -49,10 +49,8 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         from mqadmin.services import new_client
-        from store import InvalidRequestError, StoreDefect, StoreFailure
-        from store.keys import StoreKeys
-        from store.layout import BATCH, LAYOUT, migrate
-        from store.redis_store import redis_errors
+        from store import InvalidRequestError, StoreDefect, StoreFailure, check_prefix
+        from store.layout import BATCH, LAYOUT, migrate, plain_job_count
 
         name: str = options["store"]
         batch: int = options["batch"]
@@ -62,7 +60,7 @@ class Command(BaseCommand):
         prefix = str(entry["prefix"])
         # Not a RedisJobStore: a store of an older layout refuses to start until converted.
         try:
-            keys = StoreKeys(prefix)
+            check_prefix(prefix)
             client = new_client(entry.get("url") or getattr(settings, "MQ_REDIS_URL", None))
         except (StoreFailure, ValueError) as exc:
             raise CommandError(f"store {name!r}: {exc}") from exc
@@ -70,9 +68,7 @@ class Command(BaseCommand):
         started = time.monotonic()
         stop = StopFlag(lambda text: self.stderr.write("\n" + text))
         try:
-            with redis_errors("migrate_store"):
-                # In layouts 1 and 2 ``all`` is a plain sorted set of every job.
-                total = int(client.zcard(keys.all))
+            total = plain_job_count(client, prefix)
 
             phases = {"last": "rows"}
 

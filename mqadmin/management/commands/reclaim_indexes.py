@@ -11,10 +11,13 @@ import contextlib
 import signal
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+if TYPE_CHECKING:
+    from store import RedisJobStore
 
 # Seconds between two progress reports.
 PROGRESS_INTERVAL_S = 1.0
@@ -39,7 +42,7 @@ def store_entry(name: str) -> dict[str, Any]:
 def configured_indexes(name: str) -> dict[str, bool]:
     """The ``indexes`` setting of one store, normalised (per prefix: every process must agree)."""
     from store.errors import InvalidRequestError
-    from store.redis_store import normalize_indexes
+    from store.indexes import normalize_indexes
 
     try:
         return normalize_indexes(store_entry(name).get("indexes", True))
@@ -47,7 +50,7 @@ def configured_indexes(name: str) -> dict[str, bool]:
         raise CommandError(f"MQ_STORES[{name!r}]['indexes']: {exc}") from exc
 
 
-def open_store(name: str) -> Any:
+def open_store(name: str) -> RedisJobStore:
     """A ``RedisJobStore`` for a configured store, with that store's ``indexes`` setting.
 
     Building it runs the store's boot reconcile, exactly as any other process of
@@ -67,9 +70,9 @@ def open_store(name: str) -> Any:
         raise CommandError(f"store {name!r}: {exc}") from exc
 
 
-def close_store(job_store: Any) -> None:
-    job_store.close()
-    job_store.client.close()
+def close_store(job_store: RedisJobStore) -> None:
+    """Close a store of :func:`open_store` and the Redis client it opened for it."""
+    job_store.close(close_client=True)
 
 
 class StopFlag:
@@ -162,7 +165,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         from store import InvalidRequestError, StoreFailure
-        from store.index_admin import ReclaimResult, reclaim_index
+        from store.indexes import ReclaimResult, ready_marker_key, reclaim_index
 
         kind: str = options["kind"]
         name: str = options["store"]
@@ -219,4 +222,4 @@ class Command(BaseCommand):
             )
         self.stdout.write(self.style.SUCCESS(summary))
         if not dry_run:
-            self.stdout.write(f"ready marker {job_store.keys.index_ready(kind)} deleted")
+            self.stdout.write(f"ready marker {ready_marker_key(job_store, kind)} deleted")

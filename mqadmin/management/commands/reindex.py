@@ -36,7 +36,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         from store import InvalidRequestError, StoreFailure
-        from store.index_admin import ready_marker, reindex
+        from store.indexes import ready_marker, reindex
 
         kind: str = options["kind"]
         name: str = options["store"]

@@ -22,11 +22,15 @@ import random
 import signal
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from mqadmin import services
+
+if TYPE_CHECKING:
+    from store import RedisJobStore
+    from store.protocol import JobStore
 
 #: The flow parent's id: its presence marks a store as seeded.
 FLOW_PARENT_ID = "demo/monthly-report"
@@ -277,9 +281,9 @@ class Command(BaseCommand):
 
     # ------------------------------------------------------------------ set-up
 
-    def _open(self, name: str, clock: DemoClock) -> Any:
+    def _open(self, name: str, clock: DemoClock) -> RedisJobStore:
         """A store on ``name``'s prefix driven by ``clock`` (same settings as the project's)."""
-        from store.redis_store import RedisJobStore
+        from store import RedisJobStore
 
         entry = services.configured_stores()[name]
         client, _ = services.get_client(services.store_url(entry))
@@ -339,7 +343,7 @@ class Command(BaseCommand):
                 f"The demo flow {FLOW_PARENT_ID} has its children in {children_name!r}."
             )
 
-    def _upsert_schedules(self, job_store: Any) -> None:
+    def _upsert_schedules(self, job_store: JobStore) -> None:
         from store.records import ScheduleRecord
         from store.schedules import next_cron
 
@@ -373,7 +377,7 @@ class Command(BaseCommand):
     # ------------------------------------------------------------------ history
 
     def _history(
-        self, job_store: Any, clock: DemoClock, rng: random.Random, total: int, hours: int
+        self, job_store: JobStore, clock: DemoClock, rng: random.Random, total: int, hours: int
     ) -> int:
         """Enqueue ``total`` jobs over ``hours`` and process them minute by minute."""
         from store.records import EnqueueRequest
@@ -431,7 +435,9 @@ class Command(BaseCommand):
                 self.stdout.write(f"  {minute * 100 // minutes:3d}%  {created} jobs")
         return created
 
-    def _work(self, job_store: Any, clock: DemoClock, rng: random.Random, share: float) -> None:
+    def _work(
+        self, job_store: JobStore, clock: DemoClock, rng: random.Random, share: float
+    ) -> None:
         """Claim and ack the waiting jobs of every queue (a ``share`` of them)."""
         from store.records import Claimed, Complete, Fail, Retry
 
@@ -490,7 +496,7 @@ class Command(BaseCommand):
 
     # ------------------------------------------------------------------ special cases
 
-    def _specials(self, job_store: Any, clock: DemoClock, rng: random.Random) -> int:
+    def _specials(self, job_store: JobStore, clock: DemoClock, rng: random.Random) -> int:
         """A stalled-then-recovered job, dedupe keys, jobs running now and a stuck one."""
         from store.records import Claimed, Complete, DedupePolicy, EnqueueRequest
 
@@ -610,7 +616,9 @@ class Command(BaseCommand):
         clock.release()
         return created
 
-    def _flow(self, parent_store: Any, child_store: Any, clock: DemoClock) -> None:
+    def _flow(
+        self, parent_store: RedisJobStore, child_store: RedisJobStore, clock: DemoClock
+    ) -> None:
         """A parent in one store fanning out to twelve children in another, mid-way through."""
         from store.flow_runtime import child_job_id, relay_outbox
         from store.records import (
