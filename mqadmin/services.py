@@ -1,9 +1,13 @@
-"""The dashboard's thin service layer over ``store``.
+"""The dashboard's one way to the stores: it opens them and turns their failures into pages' errors.
 
-Views call these functions and never touch redis-py.  Clients and stores are cached
-per Redis URL / (URL, prefix) for the life of the process, so a page view costs the
-queries it makes, not a new connection; the caches are cleared when the store
-settings change (see ``MqadminConfig.ready``).
+Queries (:mod:`mqadmin.queries`) and views open a configured store by name with
+:func:`open_store`, make their store calls inside :func:`reaching` (a store that cannot
+be reached becomes :class:`StoreUnavailable`, naming it; an unknown name
+:class:`UnknownStore`), and read every store of a page with :func:`for_each_store`;
+they never touch redis-py.  Clients and stores are cached per Redis URL / (URL,
+prefix) for the life of the process, so a page view costs the queries it makes, not a
+new connection; the caches are cleared when the store settings change (see
+``MqadminConfig.ready``).
 
 ``store`` is imported lazily: Django (settings, migrations, unrelated commands) keeps
 working even when the store package cannot be imported.

@@ -17,14 +17,10 @@ from mqadmin.services import open_store, reaching
 
 #: Bulk runs: ids per chunk (each id is its own store call), items and rows per request.
 BULK_CHUNK = 500
-
 BULK_MAX_ITEMS = 5000
-
 BULK_MAX_SCANNED = 50_000
-
 #: Bulk previews count matches up to this many, then say "at least".
 PREVIEW_CAP = 5000
-
 PREVIEW_SAMPLE = 10
 
 

@@ -16,17 +16,14 @@ from mqadmin.queries.common import STATES, TERMINAL
 from mqadmin.services import open_store, reaching
 
 ORDER_FIELDS = ("enqueued_at", "run_at", "finished_at", "position")
-
 ORDER_LABELS = {
     "enqueued_at": "enqueued time",
     "run_at": "run time",
     "finished_at": "finished time",
     "position": "queue position",
 }
-
 #: The explorer's order choices: "auto" picks the order the ticked states are kept in.
 ORDER_CHOICES = {"auto": "automatic (the states' own order)", **ORDER_LABELS}
-
 #: Which states each order other than enqueued time can list (the store keeps them so).
 ORDER_STATES = {
     "finished_at": ("completed", "failed", "cancelled"),
