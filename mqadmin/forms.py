@@ -14,7 +14,7 @@ from django.core.exceptions import ValidationError
 from django.utils.http import url_has_allowed_host_and_scheme
 
 from mqadmin import services
-from mqadmin.dashboard import ORDER_CHOICES, STATES, JobQuery, auto_order
+from mqadmin.queries.explorer import ORDER_CHOICES, STATES, JobQuery, auto_order
 
 #: Longest free-text value accepted (job ids, queue and job names, metadata).
 MAX_TEXT = 1000

@@ -1,9 +1,13 @@
-"""The dashboard's thin service layer over ``store``.
+"""The dashboard's one way to the stores: it opens them and turns their failures into pages' errors.
 
-Views call these functions and never touch redis-py.  Clients and stores are cached
-per Redis URL / (URL, prefix) for the life of the process, so a page view costs the
-queries it makes, not a new connection; the caches are cleared when the store
-settings change (see ``MqadminConfig.ready``).
+Queries (:mod:`mqadmin.queries`) and views open a configured store by name with
+:func:`open_store`, make their store calls inside :func:`reaching` (a store that cannot
+be reached becomes :class:`StoreUnavailable`, naming it; an unknown name
+:class:`UnknownStore`), and read every store of a page with :func:`for_each_store`;
+they never touch redis-py.  Clients and stores are cached per Redis URL / (URL,
+prefix) for the life of the process, so a page view costs the queries it makes, not a
+new connection; the caches are cleared when the store settings change (see
+``MqadminConfig.ready``).
 
 ``store`` is imported lazily: Django (settings, migrations, unrelated commands) keeps
 working even when the store package cannot be imported.
@@ -11,12 +15,14 @@ working even when the store package cannot be imported.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from django.conf import settings
 
@@ -283,33 +289,24 @@ def store_overviews() -> list[StoreOverview]:
     """
     from store.errors import UNAVAILABLE_ERRORS, StoreFailure
 
-    overviews: list[StoreOverview] = []
-    for name, entry in configured_stores().items():
-        prefix = str(entry["prefix"])
-        url = store_url(entry)
-        description = describe_redis(url)
-        try:
-            client, _ = get_client(url)
-            version = server_version(client)
-            counts = get_named_store(name).counts()
-        except (StoreFailure, OSError) + UNAVAILABLE_ERRORS as exc:
-            logger.warning("store %s (%s) unavailable: %s", name, description, exc)
-            overviews.append(
-                StoreOverview(
-                    name=name, prefix=prefix, redis=description, error=_safe_error(exc, url)
-                )
-            )
-            continue
-        overviews.append(
-            StoreOverview(
-                name=name,
-                prefix=prefix,
-                redis=description,
-                server_version=version,
-                counts={str(state): int(count) for state, count in counts.items()},
-            )
+    def read(store: ConfiguredStore, job_store: Any) -> StoreOverview:
+        client, _ = get_client(store.url)
+        version = server_version(client)
+        counts = job_store.counts()
+        return StoreOverview(
+            name=store.name,
+            prefix=store.prefix,
+            redis=store.redis,
+            server_version=version,
+            counts={str(state): int(count) for state, count in counts.items()},
         )
-    return overviews
+
+    def failed(store: ConfiguredStore, error: str) -> StoreOverview:
+        return StoreOverview(name=store.name, prefix=store.prefix, redis=store.redis, error=error)
+
+    return for_each_store(
+        read, failed, errors=(StoreFailure, OSError, *UNAVAILABLE_ERRORS)
+    )
 
 
 def _safe_error(exc: BaseException, url: str | None) -> str:
@@ -345,6 +342,109 @@ def reset() -> None:
             client.close()
         except Exception:
             logger.debug("error while closing a cached Redis client", exc_info=True)
+
+
+# -- the dashboard's stores: opened by name, failures turned into the dashboard's errors --
+#
+# Every page reaches a store through these: :func:`open_store` by name, calls inside
+# :func:`reaching`, and :func:`for_each_store` for a page that shows every store.
+
+
+class StoreUnavailable(Exception):
+    """A store's Redis could not be reached (or answered with an error)."""
+
+    def __init__(self, store: str, message: str) -> None:
+        super().__init__(f"store {store!r}: {message}")
+        self.store = store
+        self.message = message
+
+
+class UnknownStore(LookupError):
+    """A store name in a URL that MQ_STORES does not configure."""
+
+
+@contextlib.contextmanager
+def reaching(store_name: str) -> Iterator[None]:
+    """Turn a store's connection failure into :class:`StoreUnavailable` naming the store."""
+    from store.errors import JobStoreError
+
+    try:
+        yield
+    except JobStoreError as exc:
+        entry = configured_stores().get(store_name, {})
+        url = store_url(entry) if entry else None
+        logger.warning("store %s unavailable: %s", store_name, exc)
+        raise StoreUnavailable(store_name, public_error(exc, url)) from exc
+
+
+def store_names() -> list[str]:
+    return list(configured_stores())
+
+
+def open_store(name: str) -> Any:
+    """The configured store ``name`` (raises :class:`UnknownStore` / :class:`StoreUnavailable`)."""
+    if name not in configured_stores():
+        raise UnknownStore(name)
+    with reaching(name):
+        return get_named_store(name)
+
+
+@dataclass(frozen=True)
+class ConfiguredStore:
+    """One entry of MQ_STORES, as :func:`for_each_store` hands it to a page."""
+
+    name: str
+    entry: dict[str, Any]
+
+    @property
+    def prefix(self) -> str:
+        return str(self.entry["prefix"])
+
+    @property
+    def url(self) -> str | None:
+        return store_url(self.entry)
+
+    @property
+    def redis(self) -> str:
+        """How a page names the store's Redis (:func:`describe_redis`)."""
+        return describe_redis(self.url)
+
+
+T = TypeVar("T")
+
+
+def for_each_store(
+    read: Callable[[ConfiguredStore, Any], T],
+    failed: Callable[[ConfiguredStore, str], T],
+    *,
+    only: str | None = None,
+    errors: tuple[type[Exception], ...] = (),
+) -> list[T]:
+    """``read(store, job_store)`` for every configured store (or only ``only``), in order.
+
+    ``read`` runs inside :func:`reaching`: a store that cannot be opened or reached
+    gives ``failed(store, message)`` instead, so one store down never fails a page
+    that shows them all.  ``errors`` names further exceptions reported the same way
+    (logged, the message with any Redis URL masked).
+    """
+    out: list[T] = []
+    for name, entry in configured_stores().items():
+        if only is not None and name != only:
+            continue
+        store = ConfiguredStore(name, entry)
+        try:
+            job_store = open_store(name)
+            with reaching(name):
+                value = read(store, job_store)
+        except StoreUnavailable as exc:
+            out.append(failed(store, exc.message))
+            continue
+        except errors as exc:
+            logger.warning("store %s (%s) unavailable: %s", name, store.redis, exc)
+            out.append(failed(store, public_error(exc, store.url)))
+            continue
+        out.append(value)
+    return out
 
 
 # -- dashboard read models that need the store's hidden bookkeeping -----------------------

@@ -34,7 +34,7 @@ urlpatterns = [
     path("bulk/selected/", views.bulk_selected, name="bulk_selected"),
     path("bulk/preview/", views.bulk_preview, name="bulk_preview"),
     path("bulk/run/", views.bulk_run, name="bulk_run"),
-    # Monitoring: Prometheus, probes, per-job-name metrics (mqadmin/views/monitoring.py).
+    # Monitoring: Prometheus, probes, per-job-name metrics (mqadmin/views/metrics.py).
     path("metrics/", views.metrics, name="metrics"),
     path("metrics/jobs/", views.job_metrics, name="job_metrics"),
     path("healthz/", views.healthz, name="healthz"),

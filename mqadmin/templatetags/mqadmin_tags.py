@@ -17,7 +17,7 @@ from django.utils.html import escape, format_html
 from django.utils.safestring import SafeString, mark_safe
 
 from mqadmin import forms as mq_forms
-from mqadmin.dashboard import JobQuery
+from mqadmin.queries.explorer import JobQuery
 
 register = template.Library()
 
@@ -209,7 +209,7 @@ def epoch_ms(moment: datetime | None) -> int | None:
 @register.filter
 def job_error(record: Any) -> dict[str, str] | None:
     """What a failed job failed with: type, message and its error group id (None otherwise)."""
-    from mqadmin.dashboard import failure_of
+    from mqadmin.queries.job import failure_of
     from store.insights import error_group_id
 
     if getattr(record, "state", None) != "failed":

@@ -1,13 +1,17 @@
-"""Views of the mqadmin dashboard, one module per area (see ``mqadmin/urls.py``)."""
+"""Views of the mqadmin dashboard, one module per page family (see ``mqadmin/urls.py``).
+
+Each module has a query module of the same name in :mod:`mqadmin.queries`.
+"""
 
 from __future__ import annotations
 
 from mqadmin.views.actions import job_action, queue_action, schedule_action
 from mqadmin.views.bulk import bulk_preview, bulk_result, bulk_run, bulk_selected
 from mqadmin.views.common import HtmxHttpRequest
+from mqadmin.views.explorer import explorer
 from mqadmin.views.flows import flow
-from mqadmin.views.jobs import explorer, job, lookup
-from mqadmin.views.monitoring import healthz, job_metrics, metrics, readyz
+from mqadmin.views.job import job, lookup
+from mqadmin.views.metrics import healthz, job_metrics, metrics, readyz
 from mqadmin.views.operations import audit, failures, indexes, outbox, schedules, workers
 from mqadmin.views.overview import home, throughput
 

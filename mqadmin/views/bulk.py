@@ -3,7 +3,7 @@
 "All matching this filter" never runs blind: the preview shows how many jobs match
 (exact from counters when the filter allows, else counted up to a cap) and a sample;
 the run then works through the matches in chunks of single store operations, at
-most ``dashboard.BULK_MAX_ITEMS`` per request, with a per-item result and a
+most ``mqadmin.queries.bulk.BULK_MAX_ITEMS`` per request, with a per-item result and a
 "continue" button carrying the cursor where it stopped.
 """
 
@@ -16,8 +16,10 @@ from django.shortcuts import redirect
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
-from mqadmin import dashboard, forms, permissions
+from mqadmin import forms, permissions, services
 from mqadmin.models import AuditEntry
+from mqadmin.queries import bulk as queries
+from mqadmin.queries.explorer import QueryRefused
 from mqadmin.views.common import dashboard_view, denied, error_page, page
 
 RESULT = "mqadmin/bulk.html"
@@ -57,7 +59,7 @@ def bulk_selected(request: HttpRequest) -> HttpResponse:
     reason = permissions.bulk_denial(request.user, verb)
     if reason:
         return _refuse(request, verb, store_name, target, reason)
-    items = dashboard.bulk_ids(store_name, verb, ids)
+    items = queries.bulk_ids(store_name, verb, ids)
     succeeded = sum(1 for item in items if item.ok)
     AuditEntry.record(
         request.user,
@@ -68,7 +70,7 @@ def bulk_selected(request: HttpRequest) -> HttpResponse:
         result=_summary(verb, succeeded, len(items) - succeeded),
         ok=succeeded == len(items),
     )
-    run = dashboard.BulkRun(items, None, 0)
+    run = queries.BulkRun(items, None, 0)
     context: dict[str, Any] = {
         "mode": "selected",
         "verb": verb,
@@ -90,14 +92,14 @@ def bulk_preview(request: HttpRequest) -> HttpResponse:
     form = _filter_form(request.GET, request.user)
     if not form.is_valid():
         return error_page(request, 400, "Cannot preview that bulk action", forms.form_errors(form))
-    query = form.to_query(dashboard.store_names()[0])
+    query = form.to_query(services.store_names()[0])
     verb = form.cleaned_data["verb"]
     reason = permissions.bulk_denial(request.user, verb)
     if reason:
         return denied(request, reason)
     try:
-        preview = dashboard.bulk_preview(query)
-    except dashboard.QueryRefused as exc:
+        preview = queries.bulk_preview(query)
+    except QueryRefused as exc:
         return error_page(request, 400, "The store cannot serve that filter", [exc.message])
     context = {
         "mode": "preview",
@@ -105,8 +107,8 @@ def bulk_preview(request: HttpRequest) -> HttpResponse:
         "store": query.store,
         "query": query,
         "preview": preview,
-        "max_items": dashboard.BULK_MAX_ITEMS,
-        "chunk": dashboard.BULK_CHUNK,
+        "max_items": queries.BULK_MAX_ITEMS,
+        "chunk": queries.BULK_CHUNK,
     }
     return page(request, RESULT, context)
 
@@ -118,7 +120,7 @@ def bulk_run(request: HttpRequest) -> HttpResponse:
     form = _filter_form(request.POST, request.user)
     if not form.is_valid():
         return error_page(request, 400, "Cannot run that bulk action", forms.form_errors(form))
-    query = form.to_query(dashboard.store_names()[0])
+    query = form.to_query(services.store_names()[0])
     verb = form.cleaned_data["verb"]
     resume = form.cleaned_data.get("resume")
     target = query.describe()
@@ -126,8 +128,8 @@ def bulk_run(request: HttpRequest) -> HttpResponse:
     if reason:
         return _refuse(request, verb, query.store, target, reason)
     try:
-        run = dashboard.bulk_filter(query, verb, resume)
-    except dashboard.QueryRefused as exc:
+        run = queries.bulk_filter(query, verb, resume)
+    except QueryRefused as exc:
         return error_page(request, 400, "The store cannot serve that filter", [exc.message])
     chain = form.cleaned_data.get("run")
     previous = AuditEntry.objects.filter(id=chain, action=f"bulk_{verb}").first() if chain else None
@@ -179,7 +181,7 @@ def bulk_result(request: HttpRequest, entry_id: int) -> HttpResponse:
     params = entry.params
     handled = int(params.get("done_before", 0)) + int(params.get("count", 0))
     expected = params.get("expected")
-    items = [dashboard.BulkItem(job_id, False, message) for job_id, message in params["failed"]]
+    items = [queries.BulkItem(job_id, False, message) for job_id, message in params["failed"]]
     context = {
         "mode": "result",
         "verb": verb,
@@ -195,7 +197,7 @@ def bulk_result(request: HttpRequest, entry_id: int) -> HttpResponse:
         "handled": handled,
         "expected": int(expected) if expected else None,
         "percent": min(100, round(handled * 100 / int(expected))) if expected else None,
-        "max_items": dashboard.BULK_MAX_ITEMS,
+        "max_items": queries.BULK_MAX_ITEMS,
         "ok_ids": [i for i in params.get("ids", []) if i not in {f[0] for f in params["failed"]}],
     }
     return page(request, RESULT, context)

@@ -23,7 +23,7 @@ from django.http import HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import render, resolve_url
 from django_htmx.middleware import HtmxDetails
 
-from mqadmin import dashboard, permissions
+from mqadmin import permissions, services
 
 logger = logging.getLogger(__name__)
 
@@ -57,7 +57,7 @@ def base_context(request: HttpRequest) -> dict[str, Any]:
         "can_view_payload": permissions.can_view_payload(user),
         "can_view_audit": permissions.can_view_audit(user),
         "hidden_value": permissions.HIDDEN_VALUE,
-        "store_names": dashboard.store_names(),
+        "store_names": services.store_names(),
     }
 
 
@@ -110,7 +110,7 @@ def dashboard_view(view: View) -> View:
             return login_redirect(request)
         try:
             return view(request, *args, **kwargs)
-        except dashboard.StoreUnavailable as exc:
+        except services.StoreUnavailable as exc:
             return error_page(
                 request,
                 503,
@@ -122,14 +122,14 @@ def dashboard_view(view: View) -> View:
                 ],
                 store=exc.store,
             )
-        except dashboard.UnknownStore as exc:
+        except services.UnknownStore as exc:
             return error_page(
                 request,
                 404,
                 "No such store",
                 [
                     f"There is no store named “{exc.args[0]}” in MQ_STORES "
-                    f"(configured: {', '.join(dashboard.store_names())})."
+                    f"(configured: {', '.join(services.store_names())})."
                 ],
             )
 

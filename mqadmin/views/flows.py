@@ -7,7 +7,8 @@ import secrets
 from django.http import HttpResponse
 from django.views.decorators.http import require_GET
 
-from mqadmin import dashboard, forms
+from mqadmin import forms
+from mqadmin.queries import flows as queries
 from mqadmin.views.common import HtmxHttpRequest, dashboard_view, error_page, page
 
 
@@ -28,7 +29,7 @@ def flow(request: HtmxHttpRequest, store: str, flow_id: str) -> HttpResponse:
     cursor = form.cleaned_data["cursor"]
     trail = form.cleaned_data["trail"]
     embed = form.cleaned_data["embed"]
-    view = dashboard.flow_view(store, flow_id, cursor, limit=dashboard.FLOW_PAGE)
+    view = queries.flow_view(store, flow_id, cursor, limit=queries.FLOW_PAGE)
     if view is None:
         return error_page(
             request, 404, "No such flow", [f"Store “{store}” has no job with id “{flow_id}”."]

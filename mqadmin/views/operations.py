@@ -6,8 +6,9 @@ from django.db.models import Q
 from django.http import HttpResponse
 from django.views.decorators.http import require_GET
 
-from mqadmin import dashboard, forms, permissions
+from mqadmin import forms, permissions, services
 from mqadmin.models import AuditEntry
+from mqadmin.queries import operations as queries
 from mqadmin.views.common import HtmxHttpRequest, dashboard_view, denied, error_page, page
 
 AUDIT_PAGE = 50
@@ -20,14 +21,14 @@ def outbox(request: HtmxHttpRequest) -> HttpResponse:
     form = forms.OutboxPageForm(request.GET)
     if not form.is_valid():
         return error_page(request, 400, "Bad outbox request", forms.form_errors(form))
-    summaries = dashboard.outbox_overview()
+    summaries = queries.outbox_overview()
     selected_name = form.cleaned_data.get("store") or next(
         (s.store for s in summaries if s.depth and not s.error), None
     )
     selected = next((s for s in summaries if s.store == selected_name), None)
     entries = None
     if selected is not None and selected.error is None:
-        entries = dashboard.outbox_page(selected, form.cleaned_data.get("after"))
+        entries = queries.outbox_page(selected, form.cleaned_data.get("after"))
     context = {
         "summaries": summaries,
         "selected": selected,
@@ -48,9 +49,9 @@ def failures(request: HtmxHttpRequest) -> HttpResponse:
     form = forms.FailuresForm(request.GET)
     if not form.is_valid():
         return error_page(request, 400, "Bad failures request", forms.form_errors(form))
-    names = dashboard.store_names()
+    names = services.store_names()
     store_name = form.cleaned_data.get("store") or (names[0] if names else "default")
-    view = dashboard.failures_view(store_name)
+    view = queries.failures_view(store_name)
     return page(
         request, "mqadmin/failures.html", {"view": view, "store": store_name}, partial="groups"
     )
@@ -66,7 +67,7 @@ def workers(request: HtmxHttpRequest) -> HttpResponse:
     return page(
         request,
         "mqadmin/workers.html",
-        {"stores": dashboard.workers_overview(), "live_ms": dashboard.LIVE_WORKER_MS},
+        {"stores": queries.workers_overview(), "live_ms": queries.LIVE_WORKER_MS},
         partial="workers",
     )
 
@@ -76,7 +77,7 @@ def workers(request: HtmxHttpRequest) -> HttpResponse:
 def indexes(request: HtmxHttpRequest) -> HttpResponse:
     """Per store and index kind: enabled, ready marker, zsets and members, warnings, commands."""
     return page(
-        request, "mqadmin/indexes.html", {"stores": dashboard.index_overview()}, partial="indexes"
+        request, "mqadmin/indexes.html", {"stores": queries.index_overview()}, partial="indexes"
     )
 
 
@@ -87,7 +88,7 @@ def schedules(request: HtmxHttpRequest) -> HttpResponse:
     return page(
         request,
         "mqadmin/schedules.html",
-        {"stores": dashboard.schedules_overview()},
+        {"stores": queries.schedules_overview()},
         partial="schedules",
     )
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.http import HttpResponse
 from django.views.decorators.http import require_GET
 
-from mqadmin import dashboard
+from mqadmin.queries import overview as queries
 from mqadmin.views.common import HtmxHttpRequest, dashboard_view, page, wants_partial
 
 
@@ -18,14 +18,14 @@ def home(request: HtmxHttpRequest) -> HttpResponse:
     that swap does not redraw the chart, which has its own slower refresh.
     """
     partial = wants_partial(request)
-    boards = dashboard.overview(with_chart=not partial)
+    boards = queries.overview(with_chart=not partial)
     return page(
         request,
         "mqadmin/home.html",
         {
             "boards": boards,
             "stores": [board.overview for board in boards],
-            "states": dashboard.STATES,
+            "states": queries.STATES,
         },
         partial="stores",
     )
@@ -36,14 +36,14 @@ def home(request: HtmxHttpRequest) -> HttpResponse:
 def throughput(request: HtmxHttpRequest) -> HttpResponse:
     """The throughput charts alone (htmx refresh); the whole overview otherwise."""
     partial = wants_partial(request)
-    boards = dashboard.throughput_boards() if partial else dashboard.overview(with_chart=True)
+    boards = queries.throughput_boards() if partial else queries.overview(with_chart=True)
     return page(
         request,
         "mqadmin/home.html",
         {
             "boards": boards,
             "stores": [board.overview for board in boards],
-            "states": dashboard.STATES,
+            "states": queries.STATES,
         },
         partial="throughput",
     )

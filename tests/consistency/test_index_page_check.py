@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 
-from mqadmin import dashboard
+from mqadmin.queries import operations
 from store.consistency import check_store
 from tests.mqadmin.test_views_common import *  # noqa: F403  (the fixtures in its __all__)
 from tests.mqadmin.test_views_common import Stores, text_of
@@ -46,8 +46,8 @@ def test_last_check_after_repair_in_the_partial(stores: Stores, admin_client_: C
 def test_an_unreadable_saved_report_is_no_report(stores: Stores, admin_client_: Client) -> None:
     stores.main.client.set(stores.main.keys.check_last, "{not json")
     assert "No check has run" in text_of(admin_client_.get("/indexes/"))
-    assert dashboard.last_check_summary({"found": {"x": "y"}}) is None
-    assert dashboard.last_check_summary(None) is None
+    assert operations.last_check_summary({"found": {"x": "y"}}) is None
+    assert operations.last_check_summary(None) is None
 
 
 def test_dashboard_pages_survive_a_partial_hash(stores: Stores, admin_client_: Client) -> None:

@@ -21,7 +21,8 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
-from mqadmin import dashboard, services
+from mqadmin import services
+from mqadmin.queries import explorer
 from store import Claimed, Complete, EnqueueRequest, Fail, ScheduleRecord, connect
 from store.embedded import redis_server_binary
 from tests.mqadmin.test_views_common import fan_out
@@ -275,6 +276,6 @@ def test_a_residual_scan_is_bounded_by_the_scan_budget(
     # nothing stops after the budget (one row read per examined job), not after 10,000.
     for url, counts in measured.items():
         total = sum(counts.values())
-        assert dashboard.SCAN_BUDGET // 2 < total < dashboard.SCAN_BUDGET + 200, (url, counts)
+        assert explorer.SCAN_BUDGET // 2 < total < explorer.SCAN_BUDGET + 200, (url, counts)
     for url, counts in exact.items():
         assert sum(counts.values()) < 100, (url, counts)

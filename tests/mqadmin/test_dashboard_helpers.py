@@ -11,7 +11,8 @@ from django.http import QueryDict
 
 from mqadmin import cadence, forms
 from mqadmin.charts import throughput_chart
-from mqadmin.dashboard import JobQuery, failure_of
+from mqadmin.queries.explorer import JobQuery
+from mqadmin.queries.job import failure_of
 from mqadmin.templatetags import mqadmin_tags
 from store import MISSING, ScheduleRecord
 

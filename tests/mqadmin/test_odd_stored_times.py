@@ -96,7 +96,7 @@ def test_the_raw_value_is_shown(odd_jobs, admin_client_: Client) -> None:
 @pytest.mark.parametrize("value", list(ODD.values()))
 def test_helpers_outside_templates_cope_too(value: int) -> None:
     from mqadmin.charts import _clock
-    from mqadmin.job_metrics import _slot_label
+    from mqadmin.queries.metrics import _slot_label
     from mqadmin.tasks import _ms_to_dt
 
     moment = _ms_to_dt(value)

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from mqadmin import dashboard
 from mqadmin.models import AuditEntry
+from mqadmin.queries import bulk as bulk_queries
 from tests.mqadmin.test_views_common import *  # noqa: F403  (the fixtures in its __all__)
 from tests.mqadmin.test_views_common import Stores, completed_job, failed_job, text_of
 
@@ -109,8 +109,8 @@ def test_preview_counts_by_paging_when_counters_cannot_tell(
 def test_preview_stops_counting_at_its_cap(
     stores: Stores, admin_client_: Client, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(dashboard, "PREVIEW_CAP", 4)
-    monkeypatch.setattr(dashboard, "BULK_CHUNK", 2)
+    monkeypatch.setattr(bulk_queries, "PREVIEW_CAP", 4)
+    monkeypatch.setattr(bulk_queries, "BULK_CHUNK", 2)
     many_failed(stores, 9)
 
     html = text_of(admin_client_.get("/bulk/preview/?store=main&verb=retry&name=Charge"))
@@ -129,8 +129,8 @@ def test_preview_of_an_unservable_filter_is_a_400(stores: Stores, admin_client_:
 def test_a_filter_run_works_in_bounded_requests_and_resumes(
     stores: Stores, admin_client_: Client, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(dashboard, "BULK_MAX_ITEMS", 5)
-    monkeypatch.setattr(dashboard, "BULK_CHUNK", 2)
+    monkeypatch.setattr(bulk_queries, "BULK_MAX_ITEMS", 5)
+    monkeypatch.setattr(bulk_queries, "BULK_CHUNK", 2)
     ids = many_failed(stores, 12)
     other = failed_job(stores.main, name="Other", queue="billing")
 

@@ -2,10 +2,11 @@
 
 For every page: anonymous visitors go to the login page (htmx requests get an
 HX-Redirect), the full page and its htmx partial both render, and malformed query
-strings answer 400 with a readable message.  For every action: GET answers 405, a
-POST without a CSRF token 403, a user without the action's permission 403 (and the
-refusal is audited), and the read-only switch refuses everything.  Job data holding
-markup is always rendered escaped.
+strings answer 400 with a readable message; every GET route of ``mqadmin/urls.py``
+is in that page list (or among the few routes that are not pages, with a reason).
+For every action: GET answers 405, a POST without a CSRF token 403, a user without
+the action's permission 403 (and the refusal is audited), and the read-only switch
+refuses everything.  Job data holding markup is always rendered escaped.
 
 The fixtures here (two configured stores on this test's prefixes, users with given
 permissions, a seeded set of jobs) are imported by the other ``test_views_*`` modules.
@@ -17,12 +18,16 @@ import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 from django.contrib.auth.models import Permission, User
 from django.test import Client
+from django.urls import URLPattern, resolve, reverse
+from django.urls.converters import IntConverter
 
 from mqadmin import services
+from mqadmin import urls as mqadmin_urls
 from mqadmin.models import AuditEntry
 from store import Claimed, Complete, EnqueueRequest, Fail, RedisJobStore, ScheduleRecord
 from store.flow_runtime import child_job_id
@@ -225,6 +230,9 @@ def page_urls(seeded: Seeded) -> dict[str, tuple[str, str]]:
         "indexes": ("/indexes/", "indexes"),
         "schedules": ("/schedules/", "schedules"),
         "audit": ("/audit/", "entries"),
+        "failures": ("/failures/?store=main", "groups"),
+        "workers": ("/workers/", "workers"),
+        "job metrics": ("/metrics/jobs/", "job-metrics"),
     }
 
 
@@ -238,7 +246,30 @@ PAGES = (
     "indexes",
     "schedules",
     "audit",
+    "failures",
+    "workers",
+    "job metrics",
 )
+
+#: GET routes of ``mqadmin/urls.py`` that are not pages of :data:`PAGES` (no htmx
+#: partial to check), and why.  Every other route must be in PAGES or answer GET with 405.
+NOT_PAGES = {
+    "lookup": "the id box: redirects to the job page, or answers a 404 page",
+    "bulk_preview": "a step of a bulk run, without a partial (test_views_bulk.py)",
+    "bulk_result": "the outcome of a bulk run, without a partial (test_views_bulk.py)",
+    "metrics": "the Prometheus text format for scrapers (test_views_metrics.py)",
+    "healthz": "a liveness probe answering plain text (test_views_metrics.py)",
+    "readyz": "a readiness probe answering plain text (test_views_metrics.py)",
+}
+
+
+def route_url(pattern: URLPattern) -> str:
+    """The URL of a route of ``mqadmin/urls.py``, a placeholder for each of its arguments."""
+    kwargs = {
+        name: 1 if isinstance(converter, IntConverter) else "x"
+        for name, converter in pattern.pattern.converters.items()
+    }
+    return reverse(f"mqadmin:{pattern.name}", kwargs=kwargs)
 
 
 def actions(seeded: Seeded) -> dict[str, tuple[str, dict[str, Any], str]]:
@@ -375,6 +406,26 @@ def test_boosted_and_history_restore_requests_get_the_full_page(
 
     assert "<html" in text_of(boosted)
     assert "<html" in text_of(restore)
+
+
+def test_every_get_route_is_in_the_page_list(seeded: Seeded, admin_client_: Client) -> None:
+    """A page added to ``mqadmin/urls.py`` fails here until it joins PAGES (or NOT_PAGES)."""
+    routes = {pattern.name: pattern for pattern in mqadmin_urls.urlpatterns}
+    listed = {resolve(urlsplit(url).path).url_name for url, _ in page_urls(seeded).values()}
+    assert set(PAGES) == set(page_urls(seeded))
+    assert set(NOT_PAGES) <= set(routes) and not listed & set(NOT_PAGES)
+
+    answers = {
+        name: admin_client_.get(route_url(pattern)).status_code for name, pattern in routes.items()
+    }
+
+    unlisted = {
+        name: status
+        for name, status in answers.items()
+        if name not in listed and name not in NOT_PAGES and status != 405
+    }
+    assert unlisted == {}, "GET routes missing from page_urls() and PAGES (or from NOT_PAGES)"
+    assert all(answers[name] != 405 for name in NOT_PAGES)
 
 
 MALFORMED = [

@@ -15,7 +15,7 @@ from store import Claimed, EnqueueRequest, Fail
 from store.jobs import encode_failure
 from tests.mqadmin.test_views_common import *  # noqa: F403  (the fixtures in its __all__)
 from tests.mqadmin.test_views_common import Stores, text_of
-from tests.mqadmin.test_views_jobs import row_ids
+from tests.mqadmin.test_views_explorer import row_ids
 
 pytestmark = pytest.mark.django_db
 

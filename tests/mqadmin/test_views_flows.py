@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from mqadmin import dashboard
+from mqadmin.queries import flows as flow_queries
 from store import Claimed, Complete, EnqueueRequest, Fail
 from store.flow_runtime import child_job_id, relay_outbox
 from store.records import FanOut, FlowChildSpec, ParentEnvelope
@@ -142,7 +142,7 @@ def test_missing_children_are_explained(stores: Stores, admin_client_: Client) -
 def test_children_are_paged_forward_and_back(
     stores: Stores, admin_client_: Client, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(dashboard, "FLOW_PAGE", 3)
+    monkeypatch.setattr(flow_queries, "FLOW_PAGE", 3)
     keys = [f"k{n:02d}" for n in range(8)]
     flow_id = fan_out(stores.main, stores.side, keys)
 

@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from mqadmin import dashboard, services
+from mqadmin import services
+from mqadmin.queries import operations
 from store import Claimed, Complete, EnqueueRequest, ScheduleRecord
 from store.schedules import next_cron
 from tests.mqadmin.test_views_common import *  # noqa: F403  (the fixtures in its __all__)
@@ -66,7 +67,7 @@ def test_entries_are_routable_when_a_live_worker_lists_the_target(
 def test_outbox_pages_by_entry_number(
     stores: Stores, admin_client_: Client, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(dashboard, "OUTBOX_PAGE", 2)
+    monkeypatch.setattr(operations, "OUTBOX_PAGE", 2)
     fan_out(stores.main, stores.side, ["a", "b", "c", "d", "e"])
     finish_children(stores, 5)
 
@@ -195,7 +196,7 @@ def test_next_runs_of_an_overdue_interval_schedule_collapse_missed_slots(stores:
         ScheduleRecord(key="Every/10", job_name="X", every_ms=600_000, next_run_at=slot)
     )
 
-    row = dashboard.schedules_overview()[0].rows[0]
+    row = operations.schedules_overview()[0].rows[0]
 
     # The owed slot first; the missed ones collapse into it; then the grid after now.
     assert row.next_runs[0] == slot

@@ -1,4 +1,4 @@
-"""The job explorer, the lookup box and the job page."""
+"""The job page and the lookup box that leads to it."""
 
 from __future__ import annotations
 
@@ -11,62 +11,9 @@ from django.shortcuts import redirect
 from django.urls import reverse
 from django.views.decorators.http import require_GET
 
-from mqadmin import dashboard, forms
-from mqadmin.views.common import HtmxHttpRequest, dashboard_view, error_page, page, wants_partial
-
-EXPLORER = "mqadmin/jobs.html"
-
-
-def _default_store() -> str:
-    names = dashboard.store_names()
-    return names[0] if names else "default"
-
-
-@require_GET
-@dashboard_view
-def explorer(request: HtmxHttpRequest) -> HttpResponse:
-    """Filtered, ordered, cursor-paged jobs of one store; every page is a permalink.
-
-    A malformed query string answers 400 with the form's messages; a combination
-    the store cannot serve (ordering by run time without a queue, a disabled index)
-    answers 400 with the reason next to the control that caused it.
-    """
-    form = forms.JobFilterForm(request.GET, user=request.user)
-    store_name = _default_store()
-    context = {"form": form, "states": dashboard.STATES, "order_labels": dashboard.ORDER_CHOICES}
-    if not form.is_valid():
-        return page(
-            request,
-            EXPLORER,
-            {
-                **context,
-                "store": form["store"].value() or store_name,
-                "errors": forms.form_errors(form),
-            },
-            partial="results",
-            status=400,
-        )
-    query = form.to_query(store_name)
-    context.update(query=query, store=query.store, meta_pairs=list(query.metadata.items()))
-    try:
-        result = dashboard.explore(query)
-    except dashboard.QueryRefused as exc:
-        form.add_error(exc.field if exc.field in form.fields else None, exc.message)
-        return page(
-            request,
-            EXPLORER,
-            {**context, "errors": forms.form_errors(form), "refused": exc.message},
-            partial="results",
-            status=400,
-        )
-    context["result"] = result
-    if query.error:
-        context["error_group"] = dashboard.error_group(query.store, query.error)
-    if not wants_partial(request):
-        # Suggestions for the name and queue boxes (full page only: a swap keeps the form).
-        context["known_names"] = dashboard.job_names(query.store)
-        context["known_queues"] = dashboard.queue_names(query.store)
-    return page(request, EXPLORER, context, partial="results")
+from mqadmin import forms
+from mqadmin.queries import job as queries
+from mqadmin.views.common import HtmxHttpRequest, dashboard_view, error_page, page
 
 
 @require_GET
@@ -78,7 +25,7 @@ def lookup(request: HtmxHttpRequest) -> HttpResponse:
         return error_page(request, 400, "Cannot look that up", forms.form_errors(form))
     store_name = form.cleaned_data["store"]
     job_id = form.cleaned_data["id"]
-    detail = dashboard.job_detail(store_name, job_id)
+    detail = queries.job_detail(store_name, job_id)
     if detail is None:
         return error_page(
             request,
@@ -99,7 +46,7 @@ def job(request: HtmxHttpRequest, store: str, job_id: str) -> HttpResponse:
     While the job is not finished the summary refreshes itself (htmx partial
     ``summary``), so a retried job can be watched as it moves on.
     """
-    detail = dashboard.job_detail(store, job_id)
+    detail = queries.job_detail(store, job_id)
     if detail is None:
         return error_page(
             request,

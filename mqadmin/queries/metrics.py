@@ -1,42 +1,29 @@
-"""The per-job-name metrics page (Sidekiq's Metrics page is the model).
+"""The per-job-name metrics page (``views/metrics.py``, ``job_metrics.html``).
 
-For each job name of each store over the last hour, 24 hours or 72 hours: runs,
-failures, failure rate, p50/p95/max run time and a small SVG bar chart of runs
-(failures drawn over them).  Everything comes from the per-minute and per-hour
-aggregates the store writes at ack time (:func:`store.monitoring.job_name_metrics`),
-never from scanning jobs.
+Sidekiq's Metrics page is the model.  For each job name of each store over the last
+hour, 24 hours or 72 hours: runs, failures, failure rate, p50/p95/max run time and a
+small SVG bar chart of runs (failures drawn over them).  Everything comes from the
+per-minute and per-hour aggregates the store writes at ack time
+(:func:`store.monitoring.job_name_metrics`), never from scanning jobs.
 """
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from django import forms
 from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 
-from mqadmin import dashboard, services
-from mqadmin.forms import StoreField
-
-logger = logging.getLogger(__name__)
+from mqadmin import services
 
 #: Period -> its words on the page.
 PERIODS = {"1h": "last hour", "24h": "last 24 hours", "72h": "last 72 hours"}
 
 CHART_WIDTH = 180
+
 CHART_HEIGHT = 36
-
-
-class JobMetricsForm(forms.Form):
-    store = StoreField(required=False)
-    period = forms.ChoiceField(
-        required=False,
-        choices=list(PERIODS.items()),
-        error_messages={"invalid_choice": "“%(value)s” is not a period (use 1h, 24h or 72h)."},
-    )
 
 
 @dataclass
@@ -79,24 +66,16 @@ def overview(period: str, only_store: str | None = None) -> list[StoreMetrics]:
     from store.errors import StoreFailure
     from store.monitoring import MAX_JOB_NAMES, job_name_metrics
 
-    out: list[StoreMetrics] = []
-    for name in services.configured_stores():
-        if only_store and name != only_store:
-            continue
-        try:
-            job_store = dashboard.open_store(name)
-            with dashboard.reaching(name):
-                names = job_store.job_names()
-                per_name = job_name_metrics(job_store, period, names=names[:MAX_JOB_NAMES])
-        except dashboard.StoreUnavailable as exc:
-            out.append(StoreMetrics(name, error=exc.message))
-            continue
-        except StoreFailure as exc:
-            out.append(StoreMetrics(name, error=services.public_error(exc)))
-            continue
+    def read(store: services.ConfiguredStore, job_store: Any) -> StoreMetrics:
+        names = job_store.job_names()
+        per_name = job_name_metrics(job_store, period, names=names[:MAX_JOB_NAMES])
         rows = [NameRow(m, run_chart(m, period)) for m in per_name]
-        out.append(StoreMetrics(name, rows, names_total=len(names)))
-    return out
+        return StoreMetrics(store.name, rows, names_total=len(names))
+
+    def failed(store: services.ConfiguredStore, error: str) -> StoreMetrics:
+        return StoreMetrics(store.name, error=error)
+
+    return services.for_each_store(read, failed, only=only_store or None, errors=(StoreFailure,))
 
 
 def _slot_label(start_ms: int, period: str) -> str:

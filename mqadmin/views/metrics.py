@@ -23,13 +23,14 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
 from typing import Any
 
+from django import forms as django_forms
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
 from mqadmin import forms, services
-from mqadmin import job_metrics as name_metrics
+from mqadmin.queries import metrics as name_metrics
 from mqadmin.views.common import HtmxHttpRequest, dashboard_view, error_page, page, secure
 
 logger = logging.getLogger(__name__)
@@ -140,11 +141,20 @@ def readyz(request: HttpRequest) -> HttpResponse:
     return _plain("ready\n")
 
 
+class JobMetricsForm(django_forms.Form):
+    store = forms.StoreField(required=False)
+    period = django_forms.ChoiceField(
+        required=False,
+        choices=list(name_metrics.PERIODS.items()),
+        error_messages={"invalid_choice": "“%(value)s” is not a period (use 1h, 24h or 72h)."},
+    )
+
+
 @require_GET
 @dashboard_view
 def job_metrics(request: HtmxHttpRequest) -> HttpResponse:
     """Per job name over 1 h / 24 h / 72 h: runs, failures, failure rate, p50/p95/max, a chart."""
-    form = name_metrics.JobMetricsForm(request.GET)
+    form = JobMetricsForm(request.GET)
     if not form.is_valid():
         return error_page(request, 400, "Bad metrics request", forms.form_errors(form))
     period = form.cleaned_data.get("period") or "1h"

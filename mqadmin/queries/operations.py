@@ -1,0 +1,306 @@
+"""The operations pages (``views/operations.py``): outbox, failures, workers, indexes, schedules.
+
+Each page's template is named after it (``outbox.html``, ``failures.html``, ...); the
+audit log, the remaining page of the family, reads the database only.  A page that
+shows every store reads them through :func:`mqadmin.services.for_each_store`: a
+store that cannot be reached gets its row with the reason, the others show.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from mqadmin import cadence, services
+from mqadmin.queries.common import LIVE_WORKER_MS
+from mqadmin.services import open_store, reaching
+
+# ---------------------------------------------------------------------- outbox
+
+
+@dataclass
+class OutboxStore:
+    store: str
+    depth: int = 0
+    oldest_at: int | None = None
+    workers: list[Any] = field(default_factory=list)
+    routes: set[str] = field(default_factory=set)
+    unroutable: dict[str, tuple[int, int]] = field(default_factory=dict)
+    error: str | None = None
+
+    def routable(self, store_key: str) -> bool:
+        return store_key in self.routes
+
+    @property
+    def sorted_routes(self) -> list[str]:
+        return sorted(self.routes)
+
+
+@dataclass
+class OutboxRow:
+    entry: Any
+    seq: int
+    appended_at: int | None
+    target_store: str
+    target_configured: bool
+    routable: bool
+
+
+@dataclass
+class OutboxPage:
+    summary: OutboxStore
+    rows: list[OutboxRow]
+    next_after: int | None
+    targets: list[tuple[str, int, bool, bool]]
+
+
+OUTBOX_PAGE = 50
+
+
+def outbox_overview() -> list[OutboxStore]:
+    """Per store: outbox depth, age of the oldest entry, live workers and their routes."""
+    from store.flows import outbox_entry_time
+
+    def read(store: services.ConfiguredStore, job_store: Any) -> OutboxStore:
+        summary = OutboxStore(store=store.name)
+        summary.depth = job_store.outbox_depth()
+        oldest = job_store.peek_outbox(limit=1)
+        summary.oldest_at = outbox_entry_time(oldest[0]) if oldest else None
+        summary.workers = job_store.live_workers(max_age_ms=LIVE_WORKER_MS)
+        summary.unroutable = job_store.unroutable_outbox()
+        for worker in summary.workers:
+            summary.routes.update(worker.routes)
+        return summary
+
+    def failed(store: services.ConfiguredStore, error: str) -> OutboxStore:
+        return OutboxStore(store=store.name, error=error)
+
+    return services.for_each_store(read, failed)
+
+
+def outbox_page(
+    summary: OutboxStore, after_seq: int | None, limit: int | None = None
+) -> OutboxPage:
+    """One page of a store's outbox, oldest first, continuing after entry ``after_seq``."""
+    from store.flows import outbox_entry_time
+
+    limit = limit or OUTBOX_PAGE
+    job_store = open_store(summary.store)
+    configured = services.configured_stores()
+    with reaching(summary.store):
+        # peek_outbox continues after an issued entry id "<seq> NUL <document>";
+        # only the sequence part is read, so the URL carries just the number.
+        after = f"{after_seq}\0" if after_seq is not None else None
+        entries = job_store.peek_outbox(limit=limit + 1, after=after)
+    more = len(entries) > limit
+    entries = entries[:limit]
+    rows = [
+        OutboxRow(
+            entry=entry,
+            seq=int(entry.id.partition("\0")[0]),
+            appended_at=outbox_entry_time(entry),
+            target_store=entry.parent_store_key,
+            target_configured=entry.parent_store_key in configured,
+            routable=summary.routable(entry.parent_store_key),
+        )
+        for entry in entries
+    ]
+    counts: dict[str, int] = {}
+    for row in rows:
+        counts[row.target_store] = counts.get(row.target_store, 0) + 1
+    targets = [
+        (key, n, key in configured, summary.routable(key)) for key, n in sorted(counts.items())
+    ]
+    return OutboxPage(
+        summary=summary,
+        rows=rows,
+        next_after=rows[-1].seq if more and rows else None,
+        targets=targets,
+    )
+
+
+# ---------------------------------------------------------------------- failures
+
+
+@dataclass
+class FailuresView:
+    store: str
+    groups: list[Any]
+    failed_total: int
+    now: int
+
+
+FAILURE_GROUPS = 100
+
+
+def failures_view(store_name: str) -> FailuresView:
+    """A store's failures grouped by error type and message (from the fail-time aggregates)."""
+    job_store = open_store(store_name)
+    with reaching(store_name):
+        groups = job_store.error_groups(limit=FAILURE_GROUPS)
+        failed = job_store.counts().get("failed", 0)
+    return FailuresView(store_name, groups, int(failed), job_store.now())
+
+
+# ---------------------------------------------------------------------- workers
+
+
+@dataclass
+class WorkerStore:
+    store: str
+    workers: list[Any] = field(default_factory=list)
+    #: Queues that hold jobs but that no live worker consumes.
+    unserved: list[str] = field(default_factory=list)
+    now: int = 0
+    error: str | None = None
+
+
+def workers_overview() -> list[WorkerStore]:
+    """Per store: the live worker processes (bounded presence records) and unserved queues."""
+
+    def read(store: services.ConfiguredStore, job_store: Any) -> WorkerStore:
+        item = WorkerStore(store=store.name)
+        item.workers = job_store.live_workers(max_age_ms=LIVE_WORKER_MS)
+        queues = job_store.queue_names()
+        item.now = job_store.now()
+        consumed = {queue for worker in item.workers for queue in worker.queues}
+        item.unserved = [queue for queue in queues if queue not in consumed]
+        return item
+
+    def failed(store: services.ConfiguredStore, error: str) -> WorkerStore:
+        return WorkerStore(store=store.name, error=error)
+
+    return services.for_each_store(read, failed)
+
+
+# ---------------------------------------------------------------------- indexes
+
+
+@dataclass
+class LastCheck:
+    """The last ``mqcheck`` report of a store, as the index status page shows it."""
+
+    finished_at: int
+    repair: bool
+    consistent: bool
+    interrupted: bool
+    jobs: int
+    unsettled: int
+    #: (kind, found, repaired, what the kind means), by kind.
+    kinds: list[tuple[str, int, int, str]] = field(default_factory=list)
+
+
+def last_check_summary(data: Mapping[str, Any] | None) -> LastCheck | None:
+    """A saved report made presentable; None when there is none (or it is unreadable)."""
+    from store.consistency import KINDS
+
+    if not data:
+        return None
+    try:
+        found = {str(k): int(v) for k, v in dict(data.get("found") or {}).items()}
+        repaired = {str(k): int(v) for k, v in dict(data.get("repaired") or {}).items()}
+        return LastCheck(
+            finished_at=int(data.get("finished_at") or 0),
+            repair=bool(data.get("repair")),
+            consistent=bool(data.get("consistent")),
+            interrupted=bool(data.get("interrupted")),
+            jobs=int(data.get("jobs") or 0),
+            unsettled=int(data.get("unsettled") or 0),
+            kinds=[
+                (kind, n, repaired.get(kind, 0), KINDS.get(kind, kind))
+                for kind, n in sorted(found.items())
+            ],
+        )
+    except (TypeError, ValueError):
+        return None
+
+
+@dataclass
+class IndexStore:
+    store: str
+    prefix: str
+    kinds: list[services.IndexSummary] = field(default_factory=list)
+    error: str | None = None
+    check: LastCheck | None = None
+
+
+def index_overview() -> list[IndexStore]:
+    """Per store and index kind: enabled, ready marker, zsets and members, the last check."""
+    from store.consistency import last_check
+
+    def read(store: services.ConfiguredStore, job_store: Any) -> IndexStore:
+        return IndexStore(
+            store=store.name,
+            prefix=store.prefix,
+            kinds=services.bounded_index_status(job_store),
+            check=last_check_summary(last_check(job_store)),
+        )
+
+    def failed(store: services.ConfiguredStore, error: str) -> IndexStore:
+        return IndexStore(store=store.name, prefix=store.prefix, error=error)
+
+    return services.for_each_store(read, failed)
+
+
+# ---------------------------------------------------------------------- schedules
+
+
+#: A schedule is overdue when its next run is this far in the past: twice the
+#: default schedule sweep interval of workers and runsweepers (15 s).
+OVERDUE_AFTER_MS = 30_000
+
+#: Schedules the schedules page shows per store (each reads its last runs).
+MAX_SCHEDULE_ROWS = 200
+
+
+@dataclass
+class ScheduleRow:
+    record: Any
+    cadence: str
+    tz: str
+    next_runs: list[int]
+    overdue_by: int
+    paused: bool = False
+    #: The latest jobs it fired (newest first), with their states.
+    last_runs: list[Any] = field(default_factory=list)
+
+
+@dataclass
+class ScheduleStore:
+    store: str
+    rows: list[ScheduleRow] = field(default_factory=list)
+    error: str | None = None
+    now: int = 0
+
+
+def schedules_overview() -> list[ScheduleStore]:
+    """Per store: its schedules (at most MAX_SCHEDULE_ROWS), next runs, overdue flags, last runs."""
+
+    def read(store: services.ConfiguredStore, job_store: Any) -> ScheduleStore:
+        records = job_store.list_schedules()[:MAX_SCHEDULE_ROWS]
+        paused = job_store.paused_schedules()
+        last_runs = {r.key: job_store.schedule_last_runs(r) for r in records}
+        now = job_store.now()
+        item = ScheduleStore(store=store.name, now=now)
+        for record in records:
+            overdue_by = now - int(record.next_run_at)
+            item.rows.append(
+                ScheduleRow(
+                    record=record,
+                    cadence=cadence.describe_schedule(record),
+                    tz=record.tz or "UTC",
+                    next_runs=cadence.next_run_times(record, now),
+                    overdue_by=overdue_by
+                    if overdue_by > OVERDUE_AFTER_MS and record.key not in paused
+                    else 0,
+                    paused=record.key in paused,
+                    last_runs=last_runs.get(record.key, []),
+                )
+            )
+        return item
+
+    def failed(store: services.ConfiguredStore, error: str) -> ScheduleStore:
+        return ScheduleStore(store=store.name, error=error)
+
+    return services.for_each_store(read, failed)
