@@ -224,10 +224,6 @@ class Verb:
         return self.checked_as or self.key
 
     @property
-    def danger(self) -> bool:
-        return self.style == "danger"
-
-    @property
     def asks_to_confirm(self) -> bool:
         # Templates call callables they meet, so they test this flag, not ``confirm``.
         return self.confirm is not None
