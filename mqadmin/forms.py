@@ -13,7 +13,7 @@ from django import forms
 from django.core.exceptions import ValidationError
 from django.utils.http import url_has_allowed_host_and_scheme
 
-from mqadmin import services
+from mqadmin import actions, services
 from mqadmin.queries.explorer import ORDER_CHOICES, STATES, JobQuery, auto_order
 
 #: Longest free-text value accepted (job ids, queue and job names, metadata).
@@ -35,7 +35,10 @@ METADATA_FILTER_DENIED = (
     "hidden from you, and the jobs a filter matches would reveal them."
 )
 
-JOB_VERBS = (("retry", "Retry"), ("cancel", "Cancel"), ("promote", "Promote"), ("remove", "Remove"))
+
+def job_verb_choices() -> list[tuple[str, str]]:
+    """The verbs a bulk run may apply (read from the registry per form: see ``mqadmin.actions``)."""
+    return actions.bulk_choices()
 
 
 def store_choices() -> list[tuple[str, str]]:
@@ -320,6 +323,23 @@ class ScheduleActionForm(forms.Form):
     next = NextField()
 
 
+#: The form of each target kind's actions (a verb's extra fields are added to it).
+ACTION_FORMS: dict[str, type[forms.Form]] = {
+    actions.JOB.kind: JobActionForm,
+    actions.QUEUE.kind: QueueActionForm,
+    actions.SCHEDULE.kind: ScheduleActionForm,
+}
+
+
+def action_form_class(verb: actions.Verb) -> type[forms.Form]:
+    """The form a POST of ``verb`` binds: its target kind's form plus the verb's extra fields."""
+    base = ACTION_FORMS[verb.kind]
+    if not verb.fields:
+        return base
+    extra = {name: make() for name, make in verb.fields.items()}
+    return type(f"{verb.key.title().replace('_', '')}ActionForm", (base,), extra)
+
+
 class MultiIdField(forms.Field):
     widget = MultiValueHidden
 
@@ -347,7 +367,7 @@ class BulkSelectedForm(forms.Form):
     """Rows ticked in the explorer, and the verb to apply to them."""
 
     store = StoreField()
-    verb = forms.ChoiceField(choices=JOB_VERBS)
+    verb = forms.ChoiceField(choices=job_verb_choices)
     ids = MultiIdField(required=True, error_messages={"required": "Select at least one job first."})
     next = NextField()
 
@@ -355,7 +375,7 @@ class BulkSelectedForm(forms.Form):
 class BulkFilterForm(JobFilterForm):
     """An explorer filter plus the verb to apply to every match (and where to resume)."""
 
-    verb = forms.ChoiceField(choices=JOB_VERBS)
+    verb = forms.ChoiceField(choices=job_verb_choices)
     resume = CursorField()
     #: The audit entry of the run's previous request (progress adds up over "continue").
     run = forms.IntegerField(required=False, min_value=1)

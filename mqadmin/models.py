@@ -2,7 +2,7 @@
 
 The job data lives in Redis; the database only holds Django's users, sessions and
 this log.  The model also carries the dashboard's per-action permissions
-(``Meta.permissions``), so they are granted like any Django permission
+(``Meta.permissions``, from :data:`mqadmin.actions.GRANTS`), so they are granted like any Django permission
 ("mqadmin | audit entry | Can retry failed jobs" in the admin).
 """
 
@@ -12,6 +12,8 @@ from typing import Any
 
 from django.conf import settings
 from django.db import models
+
+from mqadmin import actions
 
 
 class AuditEntry(models.Model):
@@ -40,17 +42,8 @@ class AuditEntry(models.Model):
         ordering = ("-id",)
         verbose_name = "audit entry"
         verbose_name_plural = "audit entries"
-        permissions = [
-            ("retry_job", "Can retry failed jobs"),
-            ("cancel_job", "Can cancel jobs"),
-            ("promote_job", "Can promote delayed jobs"),
-            ("remove_job", "Can remove jobs"),
-            ("pause_queue", "Can pause and resume queues"),
-            ("bulk_action", "Can run bulk actions"),
-            ("view_payload", "Can see job payloads, exits and metadata values"),
-            ("trigger_schedule", "Can trigger a schedule now"),
-            ("remove_schedule", "Can remove schedules"),
-        ]
+        # Declared with the verbs that need them; a new grant needs a migration.
+        permissions = actions.model_permissions()
 
     def __str__(self) -> str:
         outcome = "ok" if self.ok else "failed"
@@ -58,8 +51,8 @@ class AuditEntry(models.Model):
 
     @property
     def links_to_job(self) -> bool:
-        """The target is a job that may still exist (single job actions other than remove)."""
-        return bool(self.store) and self.action in ("retry", "cancel", "promote") and self.ok
+        """The target is a job that may still exist (a job verb that does not remove it)."""
+        return bool(self.store) and actions.links_to_target(self.action, self.ok)
 
     @classmethod
     def record(

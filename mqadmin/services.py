@@ -304,9 +304,7 @@ def store_overviews() -> list[StoreOverview]:
     def failed(store: ConfiguredStore, error: str) -> StoreOverview:
         return StoreOverview(name=store.name, prefix=store.prefix, redis=store.redis, error=error)
 
-    return for_each_store(
-        read, failed, errors=(StoreFailure, OSError, *UNAVAILABLE_ERRORS)
-    )
+    return for_each_store(read, failed, errors=(StoreFailure, OSError, *UNAVAILABLE_ERRORS))
 
 
 def _safe_error(exc: BaseException, url: str | None) -> str:

@@ -368,7 +368,7 @@ def reclaim_index(
             if not dry_run:
                 removed = int(store.client.unlink(*batch))
                 if directories:
-                    # Each set's size and its remembered last chunk (lua/lib/02b_chunks.lua).
+                    # Each set's size and its remembered last chunk (lua/lib/chunks.lua).
                     fields = [f"{d}{NUL}{w}" for d in directories for w in TAIL_FIELDS]
                     store.client.hdel(store.keys.index_counts, *directories, *fields)
             else:

@@ -1,7 +1,7 @@
 """The Lua script registry.
 
 Each atomic operation is one file in ``store/lua/``; the shared helpers in
-``store/lua/lib/`` are stitched in front of it, in file-name order.  On a
+``store/lua/lib/`` are stitched in front of it, in the order ``HELPERS`` lists.  On a
 standalone Redis 7+ the whole set is loaded once as a Redis Function library
 (helpers are then built once per server, not on every call); on Redis 6.2, on
 Redis Cluster, and for a Redis user that may not run FUNCTION LOAD or FCALL
@@ -46,10 +46,43 @@ except ImportError:  # pure-Python fallback
     _hiredis_pack = None
 
 
+#: The helper files of ``store/lua/lib/``, in the order they are joined.  Each file's
+#: ``local`` names exist only after it, so a file comes after every file it uses:
+HELPERS = (
+    "calls",  # call_runs: commands over argument arrays of any length
+    "keys",  # bind(tag), the K_* keys, every k_* key builder and member builder
+    "owed",  # owe / with_owed: work a script leaves to bounded follow-up calls
+    "chunks",  # the chunked sorted sets (all-jobs set, list indexes) and their head
+    "rows",  # job rows: fmt, long values, waiting members, requests, insert
+    "ledger",  # the attempts ledger and the flow outbox
+    "dedupe",  # the dedupe registry
+    "flows",  # flow dependency rows
+    "errors",  # per-error aggregates
+    "parked",  # flow parents parked in waiting-children
+    "retention",  # deleting rows, keep policies
+    "transitions",  # snapshot, finish, make_waiting, cancel
+    "claim_ack",  # claim_next, ack_job, the claim scripts' arguments
+    "begin_call",  # per-call set-up (bind, owed work, head folded)
+)
+
+
+def helper_paths(lua_dir: Path = LUA_DIR) -> list[Path]:
+    """The helper files of ``lua_dir/lib`` in load order; every file there must be listed."""
+    listed = [lua_dir / "lib" / f"{name}.lua" for name in HELPERS]
+    present = set((lua_dir / "lib").glob("*.lua"))
+    if present != set(listed):
+        missing = sorted(p.name for p in set(listed) - present)
+        unlisted = sorted(p.name for p in present - set(listed))
+        raise RuntimeError(
+            f"store/lua/lib does not match scripts.HELPERS: missing {missing}, unlisted {unlisted}"
+        )
+    return listed
+
+
 @functools.cache
 def _preamble() -> str:
     parts = []
-    for path in sorted((LUA_DIR / "lib").glob("*.lua")):
+    for path in helper_paths():
         parts.append(f"-- >>> lib/{path.name}\n{path.read_text(encoding='utf-8')}")
     return "\n".join(parts)
 

@@ -2,7 +2,7 @@
 
 A filter's matches are read with the explorer's keyset pages (:func:`fetch_page`),
 in chunks of :data:`BULK_CHUNK`, each id its own store call through
-:func:`mqadmin.dashboard.run_job_action`; one request handles at most
+:func:`mqadmin.actions.run_job_action`; one request handles at most
 :data:`BULK_MAX_ITEMS` jobs and examines at most :data:`BULK_MAX_SCANNED` rows.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from mqadmin import dashboard
+from mqadmin import actions
 from mqadmin.queries.explorer import JobQuery, counter_total, fetch_page, plan_query
 from mqadmin.services import open_store, reaching
 
@@ -63,7 +63,7 @@ def bulk_ids(store_name: str, verb: str, ids: list[str]) -> list[BulkItem]:
     with reaching(store_name):
         for start in range(0, len(ids), BULK_CHUNK):
             for job_id in ids[start : start + BULK_CHUNK]:
-                result = dashboard.run_job_action(job_store, verb, job_id)
+                result = actions.run_job_action(job_store, verb, job_id)
                 items.append(BulkItem(job_id, result.ok, result.message))
     return items
 
@@ -111,7 +111,7 @@ def bulk_filter(query: JobQuery, verb: str, resume: str | None) -> BulkRun:
             page = fetch_page(job_store, query, query.order, cursor, min(BULK_CHUNK, room))
             scanned += page.scanned
             for record in page.items:
-                result = dashboard.run_job_action(job_store, verb, record.id)
+                result = actions.run_job_action(job_store, verb, record.id)
                 items.append(BulkItem(record.id, result.ok, result.message))
             cursor = page.cursor
             if cursor is None:

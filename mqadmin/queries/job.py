@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from mqadmin import dashboard, services
+from mqadmin import actions, services
 from mqadmin.queries.common import TERMINAL
 from mqadmin.services import open_store, reaching
 
@@ -128,7 +128,7 @@ def job_detail(store_name: str, job_id: str) -> JobDetail | None:
         dedupe=dedupe,
         parent_store=parent_store,
         failure=failure_of(record.exit),
-        allowed=dashboard.actions_for_state(record.state),
+        allowed=actions.actions_for_state(record.state),
         now=now,
         timeline_start=start,
         timeline_end=end,

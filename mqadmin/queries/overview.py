@@ -114,7 +114,9 @@ def overview(with_chart: bool = True) -> list[StoreBoard]:
             eviction=eviction_warning(job_store),
         )
 
-    return services.for_each_store(read, _failed_board, errors=(StoreFailure, OSError, *UNAVAILABLE_ERRORS))
+    return services.for_each_store(
+        read, _failed_board, errors=(StoreFailure, OSError, *UNAVAILABLE_ERRORS)
+    )
 
 
 def throughput_boards() -> list[StoreBoard]:

@@ -16,7 +16,7 @@ from django.shortcuts import redirect
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
-from mqadmin import forms, permissions, services
+from mqadmin import actions, forms, permissions, services
 from mqadmin.models import AuditEntry
 from mqadmin.queries import bulk as queries
 from mqadmin.queries.explorer import QueryRefused
@@ -39,6 +39,12 @@ def _refuse(request: HttpRequest, verb: str, store: str, target: str, reason: st
         ok=False,
     )
     return denied(request, reason)
+
+
+def _removes(verb: str) -> bool:
+    """The verb leaves no job to link to (a past run's verb may have left the registry)."""
+    spec = actions.find(actions.JOB.kind, verb)
+    return spec is not None and spec.removes
 
 
 def _summary(verb: str, succeeded: int, failed: int) -> str:
@@ -74,6 +80,7 @@ def bulk_selected(request: HttpRequest) -> HttpResponse:
     context: dict[str, Any] = {
         "mode": "selected",
         "verb": verb,
+        "removes": _removes(verb),
         "store": store_name,
         "run": run,
         "back": form.cleaned_data["next"],
@@ -185,6 +192,7 @@ def bulk_result(request: HttpRequest, entry_id: int) -> HttpResponse:
     context = {
         "mode": "result",
         "verb": verb,
+        "removes": _removes(verb),
         "store": entry.store,
         "query": query,
         "entry": entry,

@@ -26,18 +26,9 @@ PUBLIC_FROM_INTERNAL = {"store.scripts": frozenset({"probe_scripts"})}
 #: Private names of other libraries that are their documented API.
 FOREIGN_PRIVATE = frozenset({"_meta", "_default_manager", "_replace", "_asdict", "_fields"})
 
-#: Until the dashboard restructuring (issue 25, part 1) lands, these reach-ins remain in
-#: dashboard.py; it then calls ``job_store.plan_list`` / ``job_store.plan_list_by_state``
-#: and catches ``(StoreFailure, OSError) + UNAVAILABLE_ERRORS``.  Remove the entries then:
-#: nothing may be added here.
-ALLOWED = {
-    "mqadmin/dashboard.py": frozenset(
-        {
-            "imports redis (redis.exceptions)",
-            "store keys: job_store.keys",
-        }
-    ),
-}
+#: Files allowed a reach-in, with the reach-ins they may keep.  None is left: nothing may be
+#: added here.
+ALLOWED: dict[str, frozenset[str]] = {}
 
 
 def _is_store_like(node: ast.expr) -> bool:

@@ -1,0 +1,54 @@
+"""Template access to the verb registry (:mod:`mqadmin.actions`).
+
+``{% verbs "job" can=can as job_verbs %}`` gives the verbs of a target kind the
+user may run, in page order; ``{% include "mqadmin/action_form.html" %}`` renders
+one verb's button form from them, so a page lists no verb by name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from django import template
+from django.utils.html import format_html_join
+from django.utils.safestring import SafeString
+
+from mqadmin import actions, forms
+
+register = template.Library()
+
+
+@register.simple_tag
+def verbs(
+    kind: str, can: Mapping[str, bool] | None = None, bulk: bool = False
+) -> tuple[actions.Verb, ...]:
+    """The registry's verbs of ``kind`` (only those ``can`` allows; only bulk ones if asked)."""
+    return tuple(
+        verb
+        for verb in actions.verbs(kind)
+        if (can is None or can.get(verb.key)) and (verb.bulk or not bulk)
+    )
+
+
+@register.filter
+def applies_to(verb: actions.Verb, state: str) -> bool:
+    """``verb|applies_to:job.state``: the target's state accepts the verb."""
+    return verb.applies_to(state)
+
+
+@register.simple_tag
+def verb_confirm(verb: actions.Verb, target: str, store: str, **facts: Any) -> str:
+    """The question the verb's button asks first (escaped by the template engine)."""
+    return verb.confirm_text(str(target), str(store), **facts)
+
+
+@register.simple_tag
+def verb_fields(verb: actions.Verb) -> SafeString:
+    """The inputs of the verb's extra form fields (nothing for most verbs)."""
+    if not verb.fields:
+        return SafeString("")
+    form = forms.action_form_class(verb)(auto_id=f"id_{verb.key}_%s")
+    return format_html_join(
+        "", "{} {}", ((form[name].label_tag(), form[name]) for name in verb.fields)
+    )
