@@ -53,9 +53,14 @@ OLDEST, NEWEST = COMBINATIONS[0], COMBINATIONS[-1]
 PYTEST = ["python", "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider"]
 
 
-def install(session: nox.Session, django: str) -> None:
+#: The extras every session installs: the tests' own and the development project's (``site``:
+#: mqadmin/settings.py, which the suites run with, logs in through django-axes).
+EXTRAS = "test,site"
+
+
+def install(session: nox.Session, django: str, extras: str = EXTRAS) -> None:
     """The project (editable) with its test extras, on the wanted Django release."""
-    session.install("-e", f"{ROOT}[test]", DJANGO[django])
+    session.install("-e", f"{ROOT}[{extras}]", DJANGO[django])
     found = session.run("python", "-c", "import django; print(django.get_version())", silent=True)
     # (None under --install-only, which runs no command.)
     if found is not None and not found.strip().startswith(django):
@@ -130,6 +135,7 @@ def matrix(session: nox.Session, django: str) -> None:
 @nox.parametrize(("python", "django"), [OLDEST, NEWEST], ids=["oldest", "newest"])
 def full(session: nox.Session, django: str) -> None:
     """The whole suite (pytest defaults of pyproject.toml) on the oldest or newest combination."""
-    install(session, django)
+    # ``docs``: tests/docs builds the documentation site as `make test` does.
+    install(session, django, f"{EXTRAS},docs")
     session.chdir(ROOT)
     session.run(*PYTEST, *session.posargs)

@@ -1,16 +1,22 @@
 #!/usr/bin/env bash
 # The whole test suite, as `make test` (and CI) run it.
 #
+# `make test` runs pass 1: everything a fresh machine can run, in about 11 minutes on two cores.
 # 1. Everything against a private embedded Redis 6.2 (or MQ_TEST_REDIS_URL when set) and the
-#    dashboard database on SQLite.  This pass alone is what a fresh machine runs.
-#    1b: the host-project tests (their own settings module); 1c: the wheel installed
-#    into a new project (.ci/wheel-project.sh); 1d: the documentation site built strictly.
-# 2. When a Redis answers on 127.0.0.1:6379 (and MQ_TEST_REDIS_URL is unset): the store,
-#    runtime, flow, chaos, property and command suites again against that server (Redis 7 here).
+#    dashboard database on SQLite.  1b: the host-project tests (their own settings module);
+#    1c: the wheel installed into a new project (.ci/wheel-project.sh); 1d: the documentation
+#    site built strictly.
+# With MQ_TEST_ALL=1 (`.ci/run` sets it) the passes that need other servers or interpreters follow:
+# 2. The whole suite again on the newest supported combination (Python 3.13 + Django 6.1, a nox
+#    virtualenv: .ci/noxfile.py, session full(newest)), against the Redis on 127.0.0.1:6379 when
+#    one answers (Redis 7 here).  Without that interpreter: the store, runtime, flow, chaos,
+#    property and command suites against that Redis from the development virtualenv instead.
 #    Tests only touch keys under their own unique prefixes; nothing is flushed.
 # 3. When TEST_DATABASE_URL is set, or PostgreSQL accepts postgres@127.0.0.1:5432: the
 #    dashboard suite and the host-project tests again on PostgreSQL (Django creates and
 #    drops its own test database).
+# 4. The Python x Django matrix (.ci/matrix.sh): the Tasks suite, the host project and the wheel
+#    on every supported combination; a missing interpreter is reported SKIPPED.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 PY=.venv/bin/python
@@ -53,18 +59,32 @@ docs_rc=0
 rm -rf "$docs_site"
 [ "$docs_rc" -eq 0 ] || exit "$docs_rc"
 
-if [ -z "${MQ_TEST_REDIS_URL:-}" ]; then
-  if "$PY" -c 'import redis, sys; sys.exit(0 if redis.Redis(socket_connect_timeout=1).ping() else 1)' 2>/dev/null; then
-    echo "== pass 2: the Redis on 127.0.0.1:6379"
+if [ "${MQ_TEST_ALL:-0}" != 1 ]; then
+  echo "== passes 2-4 (Redis 7, PostgreSQL, the Python x Django matrix) run with MQ_TEST_ALL=1, as .ci/run does"
+  exit 0
+fi
+
+redis_url=""
+if [ -z "${MQ_TEST_REDIS_URL:-}" ] \
+  && "$PY" -c 'import redis, sys; sys.exit(0 if redis.Redis(socket_connect_timeout=1).ping() else 1)' 2>/dev/null; then
+  redis_url=redis://127.0.0.1:6379/0
+fi
+echo "== pass 2: the whole suite on the newest combination (.ci/noxfile.py full(newest))${redis_url:+, against $redis_url}"
+MQ_TEST_REDIS_URL="${redis_url:-${MQ_TEST_REDIS_URL:-}}" \
+  bash .ci/matrix.sh -s "full(newest)" -- -n "${MQ_TEST_WORKERS:-4}" "$@"
+newest=$("$PY" -c 'import json; print(json.load(open("var/matrix/report.json"))["sessions"][0]["result"])')
+if [ "$newest" != success ]; then
+  echo "== pass 2: the newest combination has no interpreter here (nox: $newest)"
+  if [ -n "$redis_url" ]; then
+    echo "== pass 2 instead: the store and runtime suites against $redis_url"
     suites=()
     for d in tests/store tests/runtime tests/flows tests/chaos tests/property tests/commands tests/consistency tests/tasks; do
       [ -d "$d" ] && suites+=("$d")
     done
-    MQ_TEST_REDIS_URL=redis://127.0.0.1:6379/0 "$PY" -m pytest -n "${MQ_TEST_WORKERS:-4}" "${suites[@]}" "$@"
-  else
-    echo "== pass 2 skipped: no Redis on 127.0.0.1:6379"
+    MQ_TEST_REDIS_URL="$redis_url" "$PY" -m pytest -n "${MQ_TEST_WORKERS:-4}" "${suites[@]}" "$@"
   fi
 fi
+[ -n "$redis_url" ] || echo "== (no Redis on 127.0.0.1:6379: pass 2 ran on the embedded Redis)"
 
 pg_url="${TEST_DATABASE_URL:-}"
 if [ -z "$pg_url" ] && "$PY" -c 'import psycopg; psycopg.connect("postgresql://postgres@127.0.0.1:5432/postgres", connect_timeout=2).close()' 2>/dev/null; then
@@ -77,4 +97,12 @@ if [ -n "$pg_url" ]; then
   DATABASE_URL="$pg_url" "$PY" -m pytest tests/host --ds=tests.hostproject.settings "$@"
 else
   echo "== pass 3 skipped: no PostgreSQL (set TEST_DATABASE_URL)"
+fi
+
+# MQ_MATRIX_WRITE_DOCS=1 also rewrites the table of docs/compatibility.md from this run.
+echo "== pass 4: the Python x Django matrix (.ci/matrix.sh)"
+if [ "${MQ_MATRIX_WRITE_DOCS:-0}" = 1 ]; then
+  bash .ci/matrix.sh --write-docs -s matrix
+else
+  bash .ci/matrix.sh -s matrix
 fi
