@@ -44,6 +44,7 @@ import secrets
 import threading
 import time
 import traceback
+import weakref
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from inspect import iscoroutinefunction
@@ -179,9 +180,11 @@ def _ms_to_dt(ms: int | None) -> datetime | None:
         return None
 
 
-# (store, queue, module path) -> monotonic time the pair was last recorded as runnable
-# (``RedisJobStore.record_resolvable``), shared by every backend of the process.
-_markers: dict[tuple[int, str, str], float] = {}
+# store -> {(queue, module path): monotonic time the pair was last recorded as runnable}
+# (``RedisJobStore.record_resolvable``), shared by every backend of the process.  Weak keys:
+# a store dropped by ``services.reset()`` takes its markers along, and a new store never
+# inherits them (``id()`` of a collected object is reused, so it cannot be the key).
+_markers: weakref.WeakKeyDictionary[Any, dict[tuple[str, str], float]] = weakref.WeakKeyDictionary()
 _markers_lock = threading.Lock()
 
 
@@ -347,14 +350,16 @@ class StoreBackend(BaseTaskBackend):  # type: ignore[misc,valid-type]
             if refusal is None:
                 raise
             raise refusal from exc
-        key = (id(store), request.queue, request.name)
-        seen = _markers.get(key)
+        pair = (request.queue, request.name)
+        with _markers_lock:
+            marks = _markers.setdefault(store, {})
+            seen = marks.get(pair)
         now = time.monotonic()
         if seen is None or now - seen > MARKER_TTL_S:
             # First time: an idle worker may have read the names just before the pair landed.
             store.record_resolvable(request.queue, request.name, wake=seen is None)
             with _markers_lock:
-                _markers[key] = now
+                marks[pair] = now
         return job_id
 
     # ------------------------------------------------------------ the backend API

@@ -8,12 +8,14 @@ from __future__ import annotations
 import logging
 import time
 import types
+import weakref
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 from asgiref.sync import async_to_sync
 
+from mqadmin import services
 from mqadmin.tasks import (
     InvalidTaskArguments,
     InvalidTaskError,
@@ -24,6 +26,7 @@ from mqadmin.tasks import (
 )
 from store import EnqueueRequest
 from store.errors import InvalidRequestError
+from tests.conftest import delete_prefix
 from tests.tasks import sample_tasks as t
 from tests.tasks.conftest import TASK_DEFAULTS, default_task_backend, tasks_setting
 
@@ -526,3 +529,44 @@ def test_worker_serves_only_the_backend_queues(main_store: Any, run_worker: Any)
     output = run_worker()
     assert "Django tasks: serving queues default, queue-1" in output
     assert stored(main_store, stray).state == "waiting"
+
+
+def test_a_new_store_never_inherits_the_runnable_markers_of_a_dropped_one(
+    tasks_settings: Any, prefix: str, redis_client: Any
+) -> None:
+    # services.reset() drops the cached store; the next one may reuse the old object's
+    # address.  Each new store must still get its own record of the runnable names, or
+    # an idle worker would not see the task's queue and name.
+    url = tasks_settings.MQ_STORES["main"]["url"]
+    prefixes = [f"{prefix}-r{n}" for n in range(12)]
+    try:
+        for n, round_prefix in enumerate(prefixes):
+            services.reset()
+            tasks_settings.MQ_STORES = {"main": {"prefix": round_prefix, "url": url}}
+            t.noop_task.enqueue()
+            got = services.get_named_store("main").resolvable_names()
+            assert got == {"default": {t.noop_task.module_path}}, n
+    finally:
+        for round_prefix in prefixes:
+            delete_prefix(redis_client, round_prefix)
+
+
+def test_the_runnable_markers_go_with_their_store(tasks_settings: Any) -> None:
+    # Keyed on the store object itself (weakly), never on id(): a collected store's id is
+    # reused by the next object, which would then skip recording its names.
+    import gc
+
+    from mqadmin import tasks as backend_module
+
+    t.noop_task.enqueue()
+    store = services.get_named_store("main")
+    assert backend_module._markers.get(store) == {
+        ("default", t.noop_task.module_path): pytest.approx(time.monotonic(), abs=60)
+    }
+    ref = weakref.ref(store)
+    marked = len(backend_module._markers)
+    del store
+    services.reset()
+    gc.collect()
+    assert ref() is None
+    assert len(backend_module._markers) == marked - 1
