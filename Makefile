@@ -58,9 +58,11 @@ run: $(STAMP)
 test: $(STAMP)
 	bash .ci/test-all.sh $(PYTEST_ARGS)
 
+# ruff, then mypy with the Django plugin over store/ and mqadmin/ ([tool.mypy] in pyproject.toml).
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
 
 # The documentation site (mkdocs.yml, docs/) into site/ (git-ignored).  --strict: a broken
 # link or anchor, a page left out of the navigation or a missing included file fails it.

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.urls import reverse
 
@@ -35,6 +35,10 @@ from store.errors import (
     JobNotRetryableError,
 )
 from store.records import ALL_STATES, TERMINAL_STATES
+
+if TYPE_CHECKING:
+    # Meta.permissions' declared type (from django-stubs; nothing imports it at run time).
+    from django_stubs_ext import StrOrPromise
 
 # ---------------------------------------------------------------------- permissions
 
@@ -78,7 +82,7 @@ BULK = "bulk"
 BULK_DOING = "run bulk actions"
 
 
-def model_permissions() -> list[tuple[str, str]]:
+def model_permissions() -> list[tuple[str, StrOrPromise]]:
     """``AuditEntry.Meta.permissions``: every grant as (codename, name)."""
     return [(grant.codename, grant.name) for grant in GRANTS]
 

@@ -213,7 +213,8 @@ class JobFilterForm(forms.Form):
         return _plain_text(self.cleaned_data["name"], "job name")
 
     def clean(self) -> dict[str, Any]:
-        data = super().clean()
+        super().clean()  # Form.clean() only hands back cleaned_data
+        data = self.cleaned_data
         if data.get("cursor") and data.get("before"):
             raise ValidationError(
                 "Give either cursor (next pages) or before (previous pages), not both."

@@ -71,9 +71,7 @@ class AuditEntry(models.Model):
         return cls.objects.create(
             user=user if authenticated else None,
             # A custom user model's name (an e-mail, say) may be longer than the column.
-            username=user.get_username()[: cls._meta.get_field("username").max_length]
-            if authenticated
-            else "",
+            username=user.get_username()[: cls.username.field.max_length] if authenticated else "",
             action=action,
             store=store,
             target=target,

@@ -22,7 +22,7 @@ import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
 
 from django.conf import settings
 
@@ -111,7 +111,14 @@ def embedded_data_dir() -> Path:
     return default_data_dir()
 
 
-def timeout_options() -> dict[str, float]:
+class TimeoutOptions(TypedDict, total=False):
+    """The redis-py client options :func:`timeout_options` sets (seconds)."""
+
+    socket_connect_timeout: float
+    socket_timeout: float
+
+
+def timeout_options() -> TimeoutOptions:
     """redis-py timeouts from the ``MQ_REDIS_CONNECT_TIMEOUT`` / ``MQ_REDIS_SOCKET_TIMEOUT``
     settings (seconds); a setting left unset keeps the store's default (2 s / 3 s, or the
     environment variables of the same names).
@@ -121,14 +128,15 @@ def timeout_options() -> dict[str, float]:
     """
     from mqadmin.config import positive_seconds
 
-    options: dict[str, float] = {}
-    for setting, option in (
-        ("MQ_REDIS_CONNECT_TIMEOUT", "socket_connect_timeout"),
-        ("MQ_REDIS_SOCKET_TIMEOUT", "socket_timeout"),
-    ):
-        value = getattr(settings, setting, None)
-        if value is not None:
-            options[option] = positive_seconds(setting, value)
+    options: TimeoutOptions = {}
+    connect_timeout = getattr(settings, "MQ_REDIS_CONNECT_TIMEOUT", None)
+    if connect_timeout is not None:
+        options["socket_connect_timeout"] = positive_seconds(
+            "MQ_REDIS_CONNECT_TIMEOUT", connect_timeout
+        )
+    socket_timeout = getattr(settings, "MQ_REDIS_SOCKET_TIMEOUT", None)
+    if socket_timeout is not None:
+        options["socket_timeout"] = positive_seconds("MQ_REDIS_SOCKET_TIMEOUT", socket_timeout)
     return options
 
 

@@ -48,23 +48,31 @@ import weakref
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from inspect import iscoroutinefunction
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from asgiref.sync import sync_to_async
 from django.db import transaction
 
-try:  # Django 6.0+
+if TYPE_CHECKING:  # checked against Django 6's django.tasks (django-stubs); the backport matches it
+    from django.core.checks import CheckMessage
     from django.tasks import exceptions as _exceptions
     from django.tasks.backends.base import BaseTaskBackend
     from django.tasks.base import Task, TaskContext, TaskError, TaskResult, TaskResultStatus
     from django.tasks.signals import task_enqueued, task_finished, task_started
     from django.utils.json import normalize_json
-except ImportError:  # Django 5.2 with the django-tasks backport
-    from django_tasks import exceptions as _exceptions
-    from django_tasks.backends.base import BaseTaskBackend
-    from django_tasks.base import Task, TaskContext, TaskError, TaskResult, TaskResultStatus
-    from django_tasks.signals import task_enqueued, task_finished, task_started
-    from django_tasks.utils import normalize_json
+else:
+    try:  # Django 6.0+
+        from django.tasks import exceptions as _exceptions
+        from django.tasks.backends.base import BaseTaskBackend
+        from django.tasks.base import Task, TaskContext, TaskError, TaskResult, TaskResultStatus
+        from django.tasks.signals import task_enqueued, task_finished, task_started
+        from django.utils.json import normalize_json
+    except ImportError:  # Django 5.2 with the django-tasks backport
+        from django_tasks import exceptions as _exceptions
+        from django_tasks.backends.base import BaseTaskBackend
+        from django_tasks.base import Task, TaskContext, TaskError, TaskResult, TaskResultStatus
+        from django_tasks.signals import task_enqueued, task_finished, task_started
+        from django_tasks.utils import normalize_json
 
 from store.errors import InvalidRequestError, JobStoreError
 from store.jobs import Job, current_job, unrecoverable
@@ -80,12 +88,16 @@ def _exception(*names: str) -> type[Exception]:
     for name in names:
         found = getattr(_exceptions, name, None)
         if found is not None:
-            return found  # type: ignore[no-any-return]
+            return found
     raise ImportError(f"none of {names} in {_exceptions.__name__}")
 
 
-InvalidTaskError = _exception("InvalidTaskError", "InvalidTask")
-InvalidTaskBackendError = _exception("InvalidTaskBackendError", "InvalidTaskBackend")
+if TYPE_CHECKING:  # Django 6's names (the classes the checked import above gives)
+    InvalidTaskError = _exceptions.InvalidTask
+    InvalidTaskBackendError = _exceptions.InvalidTaskBackend
+else:
+    InvalidTaskError = _exception("InvalidTaskError", "InvalidTask")
+    InvalidTaskBackendError = _exception("InvalidTaskBackendError", "InvalidTaskBackend")
 TaskResultDoesNotExist: type[Exception] = _exceptions.TaskResultDoesNotExist
 
 # How long an enqueuing process trusts that a (queue, module path) pair is recorded
@@ -105,7 +117,7 @@ _STATUS = {
 }
 
 
-class InvalidTaskArguments(InvalidTaskError, TypeError):  # type: ignore[misc,valid-type]
+class InvalidTaskArguments(InvalidTaskError, TypeError):
     """A task's arguments cannot be stored as JSON (an ``InvalidTaskError`` and a ``TypeError``)."""
 
 
@@ -122,7 +134,7 @@ class TaskNotImportable(ImportError):
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class StoreTask(Task):  # type: ignore[misc,valid-type]
+class StoreTask(Task):
     """The backend's task class: a Task with the store's per-task options.
 
     Django 6.1 (and the django-tasks backport) pass ``@task`` keyword arguments on to
@@ -188,7 +200,7 @@ _markers: weakref.WeakKeyDictionary[Any, dict[tuple[str, str], float]] = weakref
 _markers_lock = threading.Lock()
 
 
-class StoreBackend(BaseTaskBackend):  # type: ignore[misc,valid-type]
+class StoreBackend(BaseTaskBackend):
     """Django Tasks on a configured store (``OPTIONS["STORE"]``, an MQ_STORES name)."""
 
     task_class = StoreTask
@@ -241,20 +253,24 @@ class StoreBackend(BaseTaskBackend):  # type: ignore[misc,valid-type]
         self._valid: dict[Any, str] = {}
         self._importable: set[str] = set()
 
-    def check(self, **kwargs: Any) -> Iterable[Any]:
+    def check(self, **kwargs: Any) -> list[CheckMessage]:
         """``manage.py check``: the store this backend writes to must be configured."""
         from django.core import checks
 
         from mqadmin import services
 
+        errors: list[CheckMessage] = []
         stores = services.configured_stores()
         if self.store_key not in stores:
-            yield checks.Error(
-                f"TASKS[{self.alias!r}] writes to the store {self.store_key!r}, which MQ_STORES "
-                f"does not define (known: {', '.join(sorted(stores)) or 'none'})",
-                hint='Set OPTIONS["STORE"] to an MQ_STORES name, or add that store to MQ_STORES.',
-                id="mqadmin.E201",
+            errors.append(
+                checks.Error(
+                    f"TASKS[{self.alias!r}] writes to the store {self.store_key!r}, which MQ_STORES "
+                    f"does not define (known: {', '.join(sorted(stores)) or 'none'})",
+                    hint='Set OPTIONS["STORE"] to an MQ_STORES name, or add that store to MQ_STORES.',
+                    id="mqadmin.E201",
+                )
             )
+        return errors
 
     def validate_task(self, task: Task) -> None:
         """Django's checks, then the store options a :class:`StoreTask` carries."""
@@ -453,7 +469,7 @@ class StoreBackend(BaseTaskBackend):  # type: ignore[misc,valid-type]
         started = next((e.started_at for e in attempts if e.started_at is not None), None)
         if started is None:
             started = record.processed_at
-        result = TaskResult(
+        result: TaskResult = TaskResult(
             task=task,
             id=record.id,
             status=_STATUS[record.state],
@@ -508,9 +524,12 @@ def _json_arguments(path: str, args: Any, kwargs: Any) -> tuple[list[Any], dict[
     if type(kwargs) is dict and _plain(kwargs) and all(_plain(v) for v in args):
         return (args if type(args) is list else list(args)), kwargs
     try:
-        return normalize_json(args), normalize_json(kwargs)
+        # normalize_json turns a sequence into a list and a mapping into a dict.
+        json_args = cast("list[Any]", normalize_json(args))
+        json_kwargs = cast("dict[str, Any]", normalize_json(kwargs))
     except (TypeError, ValueError) as exc:
         raise InvalidTaskArguments(f"arguments of {path} cannot be stored as JSON: {exc}") from exc
+    return json_args, json_kwargs
 
 
 def _ready_result(
@@ -647,10 +666,13 @@ def load_task(path: str) -> Task:
 
 def backends_for(store_key: str) -> list[StoreBackend]:
     """The configured StoreBackends (settings.TASKS) that enqueue into store ``store_key``."""
-    try:
+    if TYPE_CHECKING:
         from django.tasks import task_backends
-    except ImportError:
-        from django_tasks import task_backends
+    else:
+        try:
+            from django.tasks import task_backends
+        except ImportError:
+            from django_tasks import task_backends
     found = []
     for alias in task_backends.settings:
         backend = task_backends[alias]

@@ -87,6 +87,12 @@ class FakeClock:
         event.wait()
 
 
+def _settle(future: asyncio.Future[None]) -> None:
+    """Resolve ``future`` unless it is already done (cancelled, say); runs on its loop."""
+    if not future.done():
+        future.set_result(None)
+
+
 async def sleep_ms(clock: Any, ms: float) -> None:
     """Sleep ``ms`` on ``clock`` inside asyncio (virtual time for a FakeClock)."""
     if ms <= 0:
@@ -100,7 +106,7 @@ async def sleep_ms(clock: Any, ms: float) -> None:
     future: asyncio.Future[None] = loop.create_future()
 
     def fire() -> None:
-        loop.call_soon_threadsafe(lambda: future.done() or future.set_result(None))
+        loop.call_soon_threadsafe(_settle, future)
 
     handle = call_at(clock() + int(ms), fire)
     try:

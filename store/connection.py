@@ -203,10 +203,7 @@ def _cluster_client(url: str, kwargs: dict[str, Any]) -> redis.cluster.RedisClus
             "query options are not supported in cluster URLs; pass them as keyword arguments"
         )
     userinfo, _, hosts = parts.netloc.rpartition("@")
-    nodes = [
-        redis.cluster.ClusterNode(host, port)  # type: ignore[no-untyped-call]
-        for host, port in _parse_hosts(hosts)
-    ]
+    nodes = [redis.cluster.ClusterNode(host, port) for host, port in _parse_hosts(hosts)]
     options: dict[str, Any] = {
         "startup_nodes": nodes,
         # The cluster client retries whole commands (it re-resolves slots between

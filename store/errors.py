@@ -17,8 +17,12 @@ from __future__ import annotations
 import contextlib
 import re
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from redis.exceptions import NoPermissionError, RedisClusterException, RedisError, ResponseError
+
+if TYPE_CHECKING:
+    from store.records import ClaimResult
 
 
 class StoreFailure(Exception):
@@ -71,6 +75,10 @@ class ValueTooLargeError(JobStoreError):
 
 
 class _JobFailure(StoreFailure):
+    #: Set (only) on a failed ack of ``RedisJobStore.ack_and_claim``: the claim that
+    #: took effect all the same.
+    claimed: ClaimResult
+
     def __init__(self, job_id: str, message: str) -> None:
         super().__init__(message)
         self.job_id = job_id

@@ -407,19 +407,19 @@ def sweep_flows(
         if reports:
             store.record_child_results(reports)
             reconciled += len(reports)
-    for flow in work.cascade:
+    for cancelled in work.cascade:
         done: list[str] = []
-        for child in flow.children:
-            child_store = registry.find(child.store_key)
+        for target in cancelled.children:
+            child_store = registry.find(target.store_key)
             if child_store is None:
                 continue
             try:
-                _cancel_quietly(child_store, child.child_job_id)
-                done.append(child.child_key)
+                _cancel_quietly(child_store, target.child_job_id)
+                done.append(target.child_key)
             except StoreFailure as exc:
-                logger.warning("cascading a cancel to %s failed: %s", child.child_job_id, exc)
+                logger.warning("cascading a cancel to %s failed: %s", target.child_job_id, exc)
         if done:
-            store.mark_children_cascaded(flow.flow_id, done)
+            store.mark_children_cascaded(cancelled.flow_id, done)
             cascaded += len(done)
     return reconciled, cascaded
 

@@ -26,7 +26,7 @@ import secrets
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -619,7 +619,7 @@ def failed_error(record: JobRecord) -> JobFailedError:
     return JobFailedError(record.id, "Failure", repr(record.exit), record.exit)
 
 
-def _default_poll_delays() -> Iterable[float]:
+def _default_poll_delays() -> Iterator[float]:
     delay = 0.01
     while True:
         yield delay

@@ -8,6 +8,7 @@ calls (chunks of at most 500).
 
 from __future__ import annotations
 
+import builtins
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -516,7 +517,7 @@ class RedisJobStore(ScheduleOperations, FlowOperations, InsightOperations):
         try:
             self._check_lock_reply(reply, job_id)
         except (JobNotFoundError, LockLostError) as exc:
-            exc.claimed = claimed  # type: ignore[attr-defined]
+            exc.claimed = claimed
             raise
         return claimed
 
@@ -727,6 +728,7 @@ class RedisJobStore(ScheduleOperations, FlowOperations, InsightOperations):
 
     # ------------------------------------------------------------------ list
 
+    # Annotations below this method name the built-in list as ``builtins.list``.
     def list(
         self,
         queue: str | None = None,
@@ -817,7 +819,9 @@ class RedisJobStore(ScheduleOperations, FlowOperations, InsightOperations):
         self._wake.signal(reply[1])
 
     @staticmethod
-    def _check_state_reply(reply: list[Any], job_id: str, state_error: type[Exception]) -> None:
+    def _check_state_reply(
+        reply: builtins.list[Any], job_id: str, state_error: type[Exception]
+    ) -> None:
         code = reply[0]
         if code == "notfound":
             raise JobNotFoundError(job_id)
@@ -836,13 +840,13 @@ class RedisJobStore(ScheduleOperations, FlowOperations, InsightOperations):
         if self._run("resume", queue):
             self._wake.signal(queue)
 
-    def paused_queues(self) -> list[str]:
+    def paused_queues(self) -> builtins.list[str]:
         with redis_errors("paused_queues"):
             return sorted(self.client.smembers(self.keys.paused))
 
     # ------------------------------------------------------------------ indexes
 
-    def index_summary(self) -> list[IndexSummary]:
+    def index_summary(self) -> builtins.list[IndexSummary]:
         """Per index kind: configuration, ready marker and the size of the index sets of the
         names and queues this store knows, in bounded calls (see ``store.indexes.index_summary``)."""
         return index_summary(self)

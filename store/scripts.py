@@ -19,6 +19,7 @@ import functools
 import hashlib
 import threading
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,8 @@ OOM_SAFE = frozenset({"list", "remove", "sweep_history", "sweep_dedupes", "prune
 #: The probe: ``oldest_runnable`` of the queue "" (no queue has that name) for the name "".
 PROBE = ("oldest_runnable", "", 1, 1, "")
 
+# hiredis's own stub types the command as a one-item tuple; it takes any length.
+_hiredis_pack: Callable[[tuple[Any, ...]], bytes] | None
 try:
     from hiredis import pack_command as _hiredis_pack
 except ImportError:  # pure-Python fallback

@@ -23,6 +23,12 @@ logger = logging.getLogger(__name__)
 BROADCAST = "*"
 
 
+def _settle(future: asyncio.Future[None]) -> None:
+    """Resolve ``future`` unless it is already done (cancelled, say); runs on its loop."""
+    if not future.done():
+        future.set_result(None)
+
+
 class _Waiter:
     __slots__ = ("fire", "queues")
 
@@ -102,7 +108,7 @@ class WakeHub:
         future: asyncio.Future[None] = loop.create_future()
 
         def fire() -> None:
-            loop.call_soon_threadsafe(lambda: future.done() or future.set_result(None))
+            loop.call_soon_threadsafe(_settle, future)
 
         waiter = self._register(queues, token, fire)
         if waiter is None:

@@ -45,7 +45,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from store import codec
 from store.clock import sleep_ms
@@ -80,6 +80,7 @@ from store.limits import over_limit
 from store.records import (
     MAX_RUN_AT_MS,
     AckOutcome,
+    BackoffPolicy,
     Cancelled,
     Complete,
     Empty,
@@ -185,9 +186,10 @@ class _QueueConfig:
     concurrency: int | None = None
 
 
-def backoff_delay_ms(job: JobRecord | Job | Any, attempt: int) -> int:
+def backoff_delay_ms(job: JobRecord | Job | BackoffPolicy | None, attempt: int) -> int:
     """The retry delay after run ``attempt`` failed (0 without a backoff policy)."""
-    policy = getattr(job, "backoff", job)
+    # Whatever carries a ``backoff`` stands for its policy; anything else is the policy.
+    policy = cast("BackoffPolicy | None", getattr(job, "backoff", job))
     if policy is None:
         return 0
     if policy.kind == "fixed":

@@ -133,13 +133,13 @@ def _child_rows(rows: list[Any]) -> list[FlowChildRow]:
             records[(store_name, row.child_job_id)] = record
     out: list[FlowChildRow] = []
     for row in rows:
-        store_name = row.store_key if row.store_key in configured else None
+        row_store = row.store_key if row.store_key in configured else None
         out.append(
             FlowChildRow(
                 row=row,
-                store=store_name,
-                record=records.get((store_name, row.child_job_id)) if store_name else None,
-                unreachable=store_name in unreachable,
+                store=row_store,
+                record=records.get((row_store, row.child_job_id)) if row_store else None,
+                unreachable=row_store in unreachable,
             )
         )
     return out

@@ -138,10 +138,12 @@ def dashboard_view(view: View) -> View:
 
 def login_redirect(request: HttpRequest) -> HttpResponse:
     """Send an anonymous visitor to the login page, coming back here afterwards."""
-    if getattr(request, "htmx", None):
+    # Set by django-htmx's middleware (absent where a host project leaves it out).
+    htmx: HtmxDetails | None = getattr(request, "htmx", None)
+    if htmx:
         # A polling fragment must not swap the login form into the page: send the
         # whole tab to the login page, returning to the page it was showing.
-        current = request.htmx.current_url_abs_path or request.get_full_path()
+        current = htmx.current_url_abs_path or request.get_full_path()
         # LOGIN_URL may be a URL name, a path or another site's URL, with a query
         # string of its own (kept): "next" is added to it.
         parts = urlsplit(resolve_url(settings.LOGIN_URL))

@@ -96,7 +96,7 @@ class StopFlag:
 
     @contextlib.contextmanager
     def installed(self) -> Iterator[StopFlag]:
-        previous: dict[int, Any] = {}
+        previous: dict[signal.Signals, Any] = {}
         try:
             for signum in SIGNAL_EXIT:
                 previous[signum] = signal.signal(signum, self._handle)

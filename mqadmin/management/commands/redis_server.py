@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,8 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        common = argparse.ArgumentParser(add_help=False)
+        # The options every action takes (a CommandParser like the sub-parsers it is a parent of).
+        common = CommandParser(add_help=False)
         common.add_argument(
             "--data-dir",
             type=Path,

@@ -26,7 +26,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
@@ -156,7 +156,8 @@ class Command(BaseCommand):
             raise CommandError(
                 f"cannot serve metrics on {options['metrics_addr']}:{options['metrics_port']}: {exc}"
             ) from exc
-        host, port = server.server_address[:2]
+        # A TCP server's address (typeshed's type also covers other socket families).
+        host, port = cast("tuple[str, int]", server.server_address[:2])
         self.stdout.write(f"metrics at http://{host}:{port}/metrics")
         self.stdout.flush()
         return server
