@@ -409,10 +409,32 @@ class RedisJobStore(ScheduleOperations, FlowOperations, InsightOperations):
         cleaned a bounded page and picked nothing; each pass makes progress)."""
         while True:
             reply: list[Any] = self._run(
-                "claim", self.now(), token, int(lock_duration_ms), queue, *names
+                "claim", *self._claim_argv(self.now(), lock_duration_ms, queue, (), (token,), names)
             )
             if reply[0] != "again":
                 return reply
+
+    @staticmethod
+    def _claim_argv(
+        now: int,
+        lock_duration_ms: int,
+        queue: str,
+        acks: Sequence[tuple[str, str, str, str, int]],
+        tokens: Sequence[str],
+        names: Sequence[str],
+    ) -> list[Any]:
+        """The ARGV every claim script reads (``read_claim_args`` in lua/lib/claim_ack.lua).
+
+        now, lock ms, queue, the number of acks, each ack's (id, token, outcome, exit
+        JSON, retry delay), the number of tokens, the tokens (one per claim), the names.
+        """
+        argv: list[Any] = [now, int(lock_duration_ms), queue, len(acks)]
+        for ack in acks:
+            argv.extend(ack)
+        argv.append(len(tokens))
+        argv.extend(tokens)
+        argv.extend(names)
+        return argv
 
     def _ack_args(self, job_id: str, outcome: AckOutcome, now: int) -> tuple[str, str, int]:
         """The ack script's outcome, exit JSON and retry delay for ``outcome``.
@@ -499,14 +521,9 @@ class RedisJobStore(ScheduleOperations, FlowOperations, InsightOperations):
         wake_token = self._wake.version
         reply = self._run(
             "ack_claim",
-            now,
-            job_id,
-            token,
-            *ack_args,
-            next_token,
-            int(lock_duration_ms),
-            queue,
-            *names,
+            *self._claim_argv(
+                now, lock_duration_ms, queue, ((job_id, token, *ack_args),), (next_token,), names
+            ),
         )
         if reply[0] == "ok" and ack_args[0] == "retry":
             self._wake.signal(reply[1])
@@ -539,18 +556,18 @@ class RedisJobStore(ScheduleOperations, FlowOperations, InsightOperations):
         self._wake.ensure_subscribed()
         wake_token = self._wake.version
         now = self.now()
-        args: list[Any] = [now, int(lock_duration_ms), queue, len(acks)]
+        wire_acks: list[tuple[str, str, str, str, int]] = []
         retried: list[bool] = []
         for job_id, token, outcome in acks:
             if isinstance(outcome, FanOut):
                 raise InvalidRequestError("ack_and_claim_many takes no FanOut outcomes")
             ack_args = self._ack_args(job_id, outcome, now)
             retried.append(ack_args[0] == "retry")
-            args.extend((job_id, token, *ack_args))
-        args.append(len(tokens))
-        args.extend(tokens)
-        args.extend(names)
-        reply = self._run("ack_claim_many", *args)
+            wire_acks.append((job_id, token, *ack_args))
+        reply = self._run(
+            "ack_claim_many",
+            *self._claim_argv(now, lock_duration_ms, queue, wire_acks, tokens, names),
+        )
         ack_reply, claimed, next_run_at = reply
         # A claim that stopped short (owed promotions, dangling members): claim
         # the rest with no acks, until the batch fills or the queue runs dry.
@@ -558,13 +575,7 @@ class RedisJobStore(ScheduleOperations, FlowOperations, InsightOperations):
             rest = tokens[len(claimed) // 2 :]
             more = self._run(
                 "ack_claim_many",
-                self.now(),
-                int(lock_duration_ms),
-                queue,
-                0,
-                len(rest),
-                *rest,
-                *names,
+                *self._claim_argv(self.now(), lock_duration_ms, queue, (), rest, names),
             )
             claimed = [*claimed, *more[1]]
             next_run_at = more[2]

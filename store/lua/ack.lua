@@ -4,10 +4,9 @@
 -- ARGV[1]  now   ARGV[2]  id   ARGV[3]  token
 -- ARGV[4]  outcome: 'complete' | 'fail' | 'cancelled' | 'retry'
 -- ARGV[5]  exit JSON ('' = no exit)   ARGV[6]  retry delay ms
+-- (ARGV[2..6] are one ack of the claim layout; see read_ack in lib/claim_ack.lua)
 --
 -- Reply: {'ok', queue} | {'notfound'} | {'locklost'}
 -- Every outcome consumes an attempt.  Complete and Fail store the exit and win
 -- over a pending cancel; Retry on a cancel-requested job ends it cancelled.
-local exit_json = ARGV[5]
-if exit_json == '' then exit_json = nil end
-return with_owed(ack_job(tonumber(ARGV[1]), ARGV[2], ARGV[3], ARGV[4], exit_json, tonumber(ARGV[6]) or 0))
+return with_owed(run_ack(tonumber(ARGV[1]), read_ack(ARGV, 2)))

@@ -1,12 +1,12 @@
 -- claim: take the best waiting job of a queue whose name the caller handles.
 --
 -- KEYS[1]  the store's hash tag
--- ARGV[1]  now   ARGV[2]  token   ARGV[3]  lock duration ms
--- ARGV[4]  queue   ARGV[5..]  the job names this caller handles
+-- ARGV     the claim layout (read_claim_args in lib/claim_ack.lua) with no
+--          acks and one token: now, lock duration ms, queue, 0, 1, token,
+--          then the job names this caller handles
 --
 -- Reply: {'claimed', id, <HGETALL pairs>} | {'empty', next_run_at or ''} |
 -- {'again', ''} (claim again; owed promotions come as '!owed'; see claim_next
 -- in lib/claim_ack.lua).
-local names = {}
-for i = 5, #ARGV do names[#names + 1] = ARGV[i] end
-return with_owed(claim_next(tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3]), ARGV[4], names))
+local a = read_claim_args(ARGV)
+return with_owed(claim_next(a.now, a.tokens[1], a.lock_ms, a.queue, a.names))

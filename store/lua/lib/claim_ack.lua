@@ -1,5 +1,6 @@
--- claim and ack, shared by claim.lua, ack.lua and ack_claim.lua (a worker's
--- "finish this job and fetch the next" in one round trip).
+-- claim and ack, shared by claim.lua, ack.lua, ack_claim.lua and
+-- ack_claim_many.lua (a worker's "finish this job and fetch the next" in one
+-- round trip), and the arguments those scripts read.
 
 local PROMOTE_LIMIT = 200
 local NEXT_RUN_SCAN = 200
@@ -186,4 +187,49 @@ local function ack_job(now, id, token, outcome, exit_json, retry_delay)
     wake(j.queue)
   end
   return { 'ok', j.queue }
+end
+
+-- The arguments of the claim scripts.  claim, ack_claim and ack_claim_many
+-- read one layout (RedisJobStore._claim_argv builds it):
+--   [1] now   [2] lock duration ms   [3] queue
+--   [4] n, then n acks of ACK_ARGS strings each (see read_ack)
+--   then k, then k lock tokens (one per claim), then the handled job names
+-- A plain claim sends n = 0 and k = 1; ack_claim n = 1 and k = 1.
+local ACK_ARGS = 5
+
+-- argv[from..to] as a list.
+local function argv_list(argv, from, to)
+  local out = {}
+  for i = from, to do out[#out + 1] = argv[i] end
+  return out
+end
+
+-- One ack's strings from argv[at]: id, token, outcome, exit JSON ('' = none),
+-- retry delay ms.  ack.lua reads the same fields after its now.
+local function read_ack(argv, at)
+  local exit_json = argv[at + 3]
+  if exit_json == '' then exit_json = nil end
+  return {
+    id = argv[at], token = argv[at + 1], outcome = argv[at + 2],
+    exit_json = exit_json, retry_delay = tonumber(argv[at + 4]) or 0,
+  }
+end
+
+-- ack_job for an ack read_ack returned.
+local function run_ack(now, a)
+  return ack_job(now, a.id, a.token, a.outcome, a.exit_json, a.retry_delay)
+end
+
+-- The claim layout above, read whole (parsing writes nothing, so reading the
+-- acks up front leaves their order against the claims as it was).
+local function read_claim_args(argv)
+  local n = tonumber(argv[4])
+  local acks = {}
+  for i = 0, n - 1 do acks[#acks + 1] = read_ack(argv, 5 + i * ACK_ARGS) end
+  local at = 5 + n * ACK_ARGS
+  local k = tonumber(argv[at])
+  return {
+    now = tonumber(argv[1]), lock_ms = tonumber(argv[2]), queue = argv[3], acks = acks,
+    tokens = argv_list(argv, at + 1, at + k), names = argv_list(argv, at + k + 1, #argv),
+  }
 end
