@@ -119,6 +119,11 @@ def _lock(redis_client: Any, store: RedisJobStore, job_id: str) -> list[Any]:
     return redis_client.hmget(store.keys.job(job_id), "state", "lock_token", "lock_expires_at")
 
 
+def _script_argv(store: RedisJobStore, acks: Any, tokens: Any) -> list[Any]:
+    """A claim script's arguments for queue "default", name "TestJob", a 30 s lock."""
+    return store._claim_argv(store.now(), 30_000, "default", acks, tokens, ["TestJob"])
+
+
 def test_claim_takes_the_lock_for_its_token_and_duration(store, clock, redis_client):
     clock.advance(1000)
     job = store.enqueue(req())
@@ -140,7 +145,7 @@ def test_claim_names_filter(store):
 
 def test_claim_script_reply_shape(store):
     job = store.enqueue(req())
-    argv = store._claim_argv(store.now(), 30_000, "default", (), ("t-1",), ["TestJob"])
+    argv = _script_argv(store, (), ("t-1",))
     reply = store._run("claim", *argv)
     assert reply[:2] == ["claimed", job.id]
     assert dict(zip(reply[2][::2], reply[2][1::2], strict=True))["lock_token"] == "t-1"
@@ -195,14 +200,7 @@ def test_ack_and_claim_lock_lost_still_claims(store):
 def test_ack_claim_script_reply_shape(store):
     first = store.enqueue(req())
     claim_job(store, token="t-1")
-    argv = store._claim_argv(
-        store.now(),
-        30_000,
-        "default",
-        [(first.id, "t-1", "complete", "", 0)],
-        ("t-2",),
-        ["TestJob"],
-    )
+    argv = _script_argv(store, [(first.id, "t-1", "complete", "", 0)], ("t-2",))
     assert store._run("ack_claim", *argv) == ["ok", "default", "empty", "", ""]
 
 
@@ -258,14 +256,8 @@ def test_ack_claim_many_script_reply_shape(store):
     first = store.enqueue(req())
     second = store.enqueue(req())
     claim_job(store, token="t-1")
-    argv = store._claim_argv(
-        store.now(),
-        30_000,
-        "default",
-        [(first.id, "t-1", "complete", "", 0), (first.id, "t-1", "complete", "", 0)],
-        ("t-2", "t-3"),
-        ["TestJob"],
-    )
+    acks = [(first.id, "t-1", "complete", "", 0), (first.id, "t-1", "complete", "", 0)]
+    argv = _script_argv(store, acks, ("t-2", "t-3"))
     acks, claimed, next_run_at = store._run("ack_claim_many", *argv)
     assert acks == ["ok", "default", "locklost", ""]
     assert claimed[0] == second.id and len(claimed) == 2
