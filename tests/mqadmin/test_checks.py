@@ -234,6 +234,9 @@ def test_no_staticfiles_app_is_a_warning(settings: Any) -> None:
     assert ids(check_host_project()) == ["mqadmin.W001"]
 
 
+# Django 6.1's `check` runs the database checks too (JSONField support on SQLite opens a
+# cursor unless an earlier test of the process already asked), as `manage.py check` does.
+@pytest.mark.django_db
 def test_manage_py_check_fails_with_the_missing_piece(settings: Any) -> None:
     settings.MIDDLEWARE = [
         name for name in settings.MIDDLEWARE if name != "django_htmx.middleware.HtmxMiddleware"
