@@ -138,4 +138,5 @@ def full(session: nox.Session, django: str) -> None:
     # ``docs``: tests/docs builds the documentation site as `make test` does.
     install(session, django, f"{EXTRAS},docs")
     session.chdir(ROOT)
-    session.run(*PYTEST, *session.posargs)
+    # No -x: one run of the whole suite reports every failure, not just the first.
+    session.run(*[arg for arg in PYTEST if arg != "-x"], *session.posargs)
