@@ -15,6 +15,8 @@ from django.utils.http import url_has_allowed_host_and_scheme
 
 from mqadmin import actions, services
 from mqadmin.queries.explorer import ORDER_CHOICES, STATES, JobQuery, auto_order
+from store.errors import InvalidCursorError
+from store.listing import parse_cursor
 
 #: Longest free-text value accepted (job ids, queue and job names, metadata).
 MAX_TEXT = 1000
@@ -125,8 +127,6 @@ class CursorField(forms.CharField):
         text = super().clean(value)
         if not text:
             return None
-        from store.errors import InvalidCursorError
-        from store.listing import parse_cursor
 
         try:
             parse_cursor(text)

@@ -14,6 +14,7 @@ from typing import Any
 
 from mqadmin.queries.common import STATES, TERMINAL
 from mqadmin.services import open_store, reaching
+from store.errors import InvalidRequestError, ListIndexDisabledError, ListOrderUnsupportedError
 
 ORDER_FIELDS = ("enqueued_at", "run_at", "finished_at", "position")
 ORDER_LABELS = {
@@ -177,7 +178,6 @@ def _route_words(route: str, states: tuple[str, ...] | None) -> str:
 
 def plan_query(job_store: Any, query: JobQuery) -> QueryPlan:
     """Route ``query`` like the store will (raises :class:`QueryRefused` when it cannot)."""
-    from store.errors import InvalidRequestError, ListIndexDisabledError, ListOrderUnsupportedError
 
     kwargs = query.list_kwargs()
     if query.error:
@@ -233,7 +233,6 @@ def plan_query(job_store: Any, query: JobQuery) -> QueryPlan:
 
 def _check_order_states(query: JobQuery) -> None:
     """Refuse a state order with states its sets do not hold (before any store call)."""
-    from store.errors import ListOrderUnsupportedError
 
     allowed = ORDER_STATES[query.order_by]
     states = query.states or ()
@@ -407,7 +406,6 @@ def fetch_page(
 
     Store refusals become :class:`QueryRefused` with the explorer's explanation.
     """
-    from store.errors import InvalidRequestError, ListIndexDisabledError, ListOrderUnsupportedError
 
     kwargs = query.list_kwargs()
     try:

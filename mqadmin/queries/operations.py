@@ -15,6 +15,8 @@ from typing import Any
 from mqadmin import cadence, services
 from mqadmin.queries.common import LIVE_WORKER_MS
 from mqadmin.services import open_store, reaching
+from store.consistency import KINDS, last_check
+from store.flows import outbox_entry_time
 
 # ---------------------------------------------------------------------- outbox
 
@@ -60,7 +62,6 @@ OUTBOX_PAGE = 50
 
 def outbox_overview() -> list[OutboxStore]:
     """Per store: outbox depth, age of the oldest entry, live workers and their routes."""
-    from store.flows import outbox_entry_time
 
     def read(store: services.ConfiguredStore, job_store: Any) -> OutboxStore:
         summary = OutboxStore(store=store.name)
@@ -83,7 +84,6 @@ def outbox_page(
     summary: OutboxStore, after_seq: int | None, limit: int | None = None
 ) -> OutboxPage:
     """One page of a store's outbox, oldest first, continuing after entry ``after_seq``."""
-    from store.flows import outbox_entry_time
 
     limit = limit or OUTBOX_PAGE
     job_store = open_store(summary.store)
@@ -193,7 +193,6 @@ class LastCheck:
 
 def last_check_summary(data: Mapping[str, Any] | None) -> LastCheck | None:
     """A saved report made presentable; None when there is none (or it is unreadable)."""
-    from store.consistency import KINDS
 
     if not data:
         return None
@@ -227,7 +226,6 @@ class IndexStore:
 
 def index_overview() -> list[IndexStore]:
     """Per store and index kind: enabled, ready marker, zsets and members, the last check."""
-    from store.consistency import last_check
 
     def read(store: services.ConfiguredStore, job_store: Any) -> IndexStore:
         return IndexStore(

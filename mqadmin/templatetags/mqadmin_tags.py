@@ -18,6 +18,8 @@ from django.utils.safestring import SafeString, mark_safe
 
 from mqadmin import forms as mq_forms
 from mqadmin.queries.explorer import JobQuery
+from store import MISSING
+from store.insights import error_group_id
 
 register = template.Library()
 
@@ -210,7 +212,6 @@ def epoch_ms(moment: datetime | None) -> int | None:
 def job_error(record: Any) -> dict[str, str] | None:
     """What a failed job failed with: type, message and its error group id (None otherwise)."""
     from mqadmin.queries.job import failure_of
-    from store.insights import error_group_id
 
     if getattr(record, "state", None) != "failed":
         return None
@@ -317,8 +318,6 @@ def explorer_qs(query: JobQuery, **overrides: Any) -> str:
 
 @register.filter
 def is_missing(value: Any) -> bool:
-    from store import MISSING
-
     return value is MISSING
 
 
@@ -369,7 +368,6 @@ def _highlight(value: Any, depth: int, state: dict[str, int]) -> str:
 @register.simple_tag
 def json_block(value: Any, label: str = "JSON") -> SafeString:
     """Pretty-printed, highlighted, escaped JSON; long strings cut with the full text one click away."""
-    from store import MISSING
 
     if value is MISSING:
         return mark_safe('<p class="muted">absent</p>')
@@ -395,7 +393,6 @@ def json_block(value: Any, label: str = "JSON") -> SafeString:
 @register.simple_tag
 def short_json(value: Any, limit: int = 80) -> str:
     """One line of JSON, cut at ``limit`` characters (autoescaped by the template)."""
-    from store import MISSING
 
     if value is MISSING:
         return ""

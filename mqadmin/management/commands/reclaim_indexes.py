@@ -16,6 +16,9 @@ from typing import TYPE_CHECKING, Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from store import InvalidRequestError, RedisJobStore, StoreFailure
+from store.indexes import ReclaimResult, normalize_indexes, ready_marker_key, reclaim_index
+
 if TYPE_CHECKING:
     from store import RedisJobStore
 
@@ -41,8 +44,6 @@ def store_entry(name: str) -> dict[str, Any]:
 
 def configured_indexes(name: str) -> dict[str, bool]:
     """The ``indexes`` setting of one store, normalised (per prefix: every process must agree)."""
-    from store.errors import InvalidRequestError
-    from store.indexes import normalize_indexes
 
     try:
         return normalize_indexes(store_entry(name).get("indexes", True))
@@ -57,7 +58,6 @@ def open_store(name: str) -> RedisJobStore:
     the prefix would (so a command never disagrees with the per-prefix setting).
     """
     from mqadmin.services import new_client
-    from store import RedisJobStore, StoreFailure
 
     entry = store_entry(name)
     url = entry.get("url") or getattr(settings, "MQ_REDIS_URL", None)
@@ -164,9 +164,6 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        from store import InvalidRequestError, StoreFailure
-        from store.indexes import ReclaimResult, ready_marker_key, reclaim_index
-
         kind: str = options["kind"]
         name: str = options["store"]
         dry_run: bool = options["dry_run"]

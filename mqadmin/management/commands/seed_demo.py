@@ -27,6 +27,24 @@ from typing import TYPE_CHECKING, Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from mqadmin import services
+from store import RedisJobStore
+from store.errors import StoreFailure
+from store.flow_runtime import child_job_id, relay_outbox
+from store.jobs import encode_failure
+from store.records import (
+    Claimed,
+    Complete,
+    DedupePolicy,
+    EnqueueRequest,
+    Fail,
+    FanOut,
+    FlowChildSpec,
+    ParentEnvelope,
+    Retry,
+    ScheduleRecord,
+)
+from store.registry import StoreRegistry
+from store.schedules import next_cron
 
 if TYPE_CHECKING:
     from store import RedisJobStore
@@ -203,8 +221,6 @@ def _render_report(payload: dict[str, Any]) -> Any:
 
 
 def failure_exit(name: str, payload: dict[str, Any]) -> dict[str, Any]:
-    from store.jobs import encode_failure
-
     try:
         _raise_for(name, payload)
     except Exception as exc:
@@ -254,8 +270,6 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        from store.errors import StoreFailure
-
         stores = services.configured_stores()
         name = options["store"] or next(iter(stores))
         if name not in stores:
@@ -283,7 +297,6 @@ class Command(BaseCommand):
 
     def _open(self, name: str, clock: DemoClock) -> RedisJobStore:
         """A store on ``name``'s prefix driven by ``clock`` (same settings as the project's)."""
-        from store import RedisJobStore
 
         entry = services.configured_stores()[name]
         client, _ = services.get_client(services.store_url(entry))
@@ -344,9 +357,6 @@ class Command(BaseCommand):
             )
 
     def _upsert_schedules(self, job_store: JobStore) -> None:
-        from store.records import ScheduleRecord
-        from store.schedules import next_cron
-
         now = int(time.time() * 1000)
         cron, tz = "0 7 * * 1-5", "Europe/Berlin"
         job_store.upsert_schedule(
@@ -380,7 +390,6 @@ class Command(BaseCommand):
         self, job_store: JobStore, clock: DemoClock, rng: random.Random, total: int, hours: int
     ) -> int:
         """Enqueue ``total`` jobs over ``hours`` and process them minute by minute."""
-        from store.records import EnqueueRequest
 
         minutes = hours * 60
         end = int(time.time() * 1000)
@@ -439,7 +448,6 @@ class Command(BaseCommand):
         self, job_store: JobStore, clock: DemoClock, rng: random.Random, share: float
     ) -> None:
         """Claim and ack the waiting jobs of every queue (a ``share`` of them)."""
-        from store.records import Claimed, Complete, Fail, Retry
 
         by_queue: dict[str, list[str]] = {}
         for kind in KINDS:
@@ -489,8 +497,6 @@ class Command(BaseCommand):
 
     @staticmethod
     def _quietly(operation: Callable[..., Any], *args: Any) -> None:
-        from store.errors import StoreFailure
-
         with contextlib.suppress(StoreFailure):
             operation(*args)
 
@@ -498,7 +504,6 @@ class Command(BaseCommand):
 
     def _specials(self, job_store: JobStore, clock: DemoClock, rng: random.Random) -> int:
         """A stalled-then-recovered job, dedupe keys, jobs running now and a stuck one."""
-        from store.records import Claimed, Complete, DedupePolicy, EnqueueRequest
 
         now = int(time.time() * 1000)
         created = 0
@@ -620,17 +625,6 @@ class Command(BaseCommand):
         self, parent_store: RedisJobStore, child_store: RedisJobStore, clock: DemoClock
     ) -> None:
         """A parent in one store fanning out to twelve children in another, mid-way through."""
-        from store.flow_runtime import child_job_id, relay_outbox
-        from store.records import (
-            Claimed,
-            Complete,
-            EnqueueRequest,
-            Fail,
-            FanOut,
-            FlowChildSpec,
-            ParentEnvelope,
-        )
-        from store.registry import StoreRegistry
 
         psk, csk = parent_store.store_key, child_store.store_key
         now = int(time.time() * 1000)
