@@ -57,6 +57,7 @@ HELPERS = (
     "owed",  # owe / with_owed: work a script leaves to bounded follow-up calls
     "chunks",  # the chunked sorted sets (all-jobs set, list indexes) and their head
     "rows",  # job rows: fmt, long values, waiting members, requests, insert
+    "limits",  # flow control: queue limits checked inside the claim
     "ledger",  # the attempts ledger and the flow outbox
     "dedupe",  # the dedupe registry
     "flows",  # flow dependency rows

@@ -1,0 +1,98 @@
+-- Flow control: queue limits checked inside the claim (docs/flow-control.md).
+--
+-- K_LIMITS field <queue> holds a limited queue's settings, written by
+-- set_limits.lua: "<concurrency>:<rate limit>:<rate period ms>", '' for a kind
+-- that is not limited.  A queue without a field costs its claims one HGET.
+--
+-- Concurrency is counted by lock expiry: a claim of a limited queue adds the
+-- job to k_limit_active(queue) scored by its lock expiry and marks the row
+-- ('lq' = '1'); the heartbeat moves the score, every exit from active removes
+-- it.  Only members whose lock has not expired count, so a crashed worker's
+-- slot frees when its lock expires, before stall recovery runs.
+--
+-- The rate is a GCRA without burst tolerance: the theoretical arrival time of
+-- the next claim is the last claim plus per_ms / limit, compared in integers
+-- ((now - last) * limit >= per_ms), so claims are spread evenly and no window
+-- of per_ms ms, wherever it starts, holds more than limit claims.
+--
+-- One table holds the helpers (the joined library keeps its locals few).
+local LIMITS = {}
+
+-- The settings of queue, or nil when it has none.
+function LIMITS.read(queue)
+  local s = redis.call('HGET', K_LIMITS, queue)
+  if not s then return nil end
+  local f, i = {}, 0
+  for part in string.gmatch(s .. ':', '([^:]*):') do
+    i = i + 1
+    f[i] = tonumber(part)
+  end
+  return { concurrency = f[1], rate_limit = f[2], rate_per = f[3] }
+end
+
+-- The first ms at which the rate admits a claim (<= now: admits now).
+function LIMITS.rate_free_at(lim, queue, now)
+  local last = tonumber(redis.call('HGET', K_LIMITS_RATE, queue) or '')
+  if not last or (now - last) * lim.rate_limit >= lim.rate_per then return now end
+  return last + math.ceil(lim.rate_per / lim.rate_limit)
+end
+
+-- The earliest lock expiry among the claims that count, when they fill every
+-- slot (nil: a slot is free).
+function LIMITS.full_until(lim, queue, now)
+  local ak = k_limit_active(queue)
+  local live = '(' .. fmt(now)
+  if redis.call('ZCOUNT', ak, live, '+inf') < lim.concurrency then return nil end
+  local first = redis.call('ZRANGEBYSCORE', ak, live, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+  return tonumber(first[2])
+end
+
+-- nil when a claim of queue may go ahead now, else (until, reason): the ms
+-- when the limit next admits one, and 'concurrency' or 'rate'.  A claim that
+-- finds every slot taken marks the queue, so that acks of its jobs wake one
+-- waiting claimer (see LIMITS.leave).
+function LIMITS.blocked(lim, queue, now)
+  local until_ms, reason
+  if lim.concurrency then
+    until_ms = LIMITS.full_until(lim, queue, now)
+    if until_ms then
+      reason = 'concurrency'
+      redis.call('SADD', K_LIMITS_BLOCKED, queue)
+    end
+  end
+  if lim.rate_limit then
+    local free_at = LIMITS.rate_free_at(lim, queue, now)
+    if free_at > now and (not until_ms or free_at > until_ms) then
+      until_ms, reason = free_at, 'rate'
+    end
+  end
+  if until_ms then return fmt(until_ms), reason end
+  return nil
+end
+
+-- Count a claim of a limited queue: the job holds a slot until its lock
+-- expires (members already expired are trimmed: they count no longer) and
+-- the rate's clock moves to now.
+function LIMITS.take(lim, queue, id, expires, now)
+  local ak = k_limit_active(queue)
+  redis.call('ZREMRANGEBYSCORE', ak, '-inf', fmt(now))
+  redis.call('ZADD', ak, expires, id)
+  redis.call('HSET', k_job(id), 'lq', '1')
+  if lim.rate_limit then redis.call('HSET', K_LIMITS_RATE, queue, fmt(now)) end
+end
+
+-- A marked job ('lq') leaves active (ack, release, recovery, fan-out,
+-- removal): its slot frees.  When a claim found the queue full, one waiting
+-- claimer per process is woken (message NUL .. queue; store/wake.py).  The
+-- caller clears the row's mark with the lock fields.
+function LIMITS.leave(id, queue)
+  if redis.call('ZREM', k_limit_active(queue), id) == 1
+    and redis.call('SISMEMBER', K_LIMITS_BLOCKED, queue) == 1 then
+    redis.call('PUBLISH', K_WAKE, NUL .. queue)
+  end
+end
+
+-- A claim found nothing to take: nobody waits for a slot of queue.
+function LIMITS.idle(queue)
+  redis.call('SREM', K_LIMITS_BLOCKED, queue)
+end
