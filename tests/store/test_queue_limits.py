@@ -385,3 +385,22 @@ def test_a_freed_slot_wakes_one_waiter_per_process(store: RedisJobStore) -> None
     assert len(fired) == 1
     hub.signal(Q)
     assert sorted(fired) == [0, 1, 2]
+
+
+# ---------------------------------------------------------------------- mqcheck
+
+
+def test_mqcheck_knows_the_limit_keys(store: RedisJobStore, redis_client: Any) -> None:
+    from store.consistency import check_store
+
+    fill(store, 4)
+    store.set_queue_limits(Q, concurrency=2, rate=Rate(100, per_ms=1000))
+    held = claim_job(store, queue=Q, token="a")
+    assert check_store(store).found == {}
+    # A slot held by a job that is not active (here: waiting) and one of a gone job.
+    waiting = store.list(queue=Q, states=["waiting"]).items[0].id
+    redis_client.zadd(store.keys.limit_active(Q), {waiting: 10**12, "ghost": 10**12})
+    report = check_store(store, repair=True)
+    assert report.found == {"stray_lock": 1, "dangling_member": 1}, report.samples
+    assert redis_client.zrange(store.keys.limit_active(Q), 0, -1) == [held.id]
+    assert check_store(store).found == {}
