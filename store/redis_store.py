@@ -120,7 +120,11 @@ def _positive_ms(value: Any, what: str) -> int:
 @dataclass(frozen=True)
 class ClaimBatch:
     """What ``ack_and_claim_many`` returns: the claimed (job, token) pairs, an Empty
-    when the queue ran dry before the batch filled, and each ack's error (or None)."""
+    when the batch did not fill, and each ack's error (or None).
+
+    The Empty says why: the queue ran dry (``next_run_at``), a queue limit held the rest
+    back (``throttled`` "concurrency" or "rate", with ``throttled_until``), or the queue
+    has limits, which a batch claims one job at a time (``throttled`` "limited")."""
 
     jobs: list[tuple[JobRecord, str]]
     empty: Empty | None
