@@ -9,8 +9,8 @@
 -- limited queue does; anything else is left alone.  Nothing happens when
 -- the queue has no limits (any more).
 local queue = ARGV[1]
-if redis.call('HEXISTS', K_LIMITS, queue) == 0 then return 0 end
-local ak = k_limit_active(queue)
+if redis.call('HEXISTS', K_LIMIT.settings, queue) == 0 then return 0 end
+local ak = K_LIMIT.active(queue)
 local counted = 0
 for i = 2, #ARGV do
   local id = ARGV[i]

@@ -11,12 +11,12 @@
 -- right after, in pages of the active set).
 local queue, settings = ARGV[1], ARGV[2]
 if settings == '' then
-  redis.call('HDEL', K_LIMITS, queue)
-  redis.call('HDEL', K_LIMITS_RATE, queue)
-  redis.call('SREM', K_LIMITS_BLOCKED, queue)
-  redis.call('DEL', k_limit_active(queue))
+  redis.call('HDEL', K_LIMIT.settings, queue)
+  redis.call('HDEL', K_LIMIT.rate, queue)
+  redis.call('SREM', K_LIMIT.blocked, queue)
+  redis.call('DEL', K_LIMIT.active(queue))
 else
-  redis.call('HSET', K_LIMITS, queue, settings)
+  redis.call('HSET', K_LIMIT.settings, queue, settings)
 end
 wake(queue)
 return 'ok'

@@ -404,3 +404,29 @@ def test_mqcheck_knows_the_limit_keys(store: RedisJobStore, redis_client: Any) -
     assert report.found == {"stray_lock": 1, "dangling_member": 1}, report.samples
     assert redis_client.zrange(store.keys.limit_active(Q), 0, -1) == [held.id]
     assert check_store(store).found == {}
+
+
+def test_an_ack_whose_slot_is_taken_again_in_the_same_call_wakes_nobody(
+    make_store: Any, redis_client: Any
+) -> None:
+    """ack_and_claim frees a slot and takes it in one call: no slot-freed wake goes out."""
+    store = make_store()
+    fill(store, 4)
+    store.set_queue_limits(Q, concurrency=1)
+    held = claim_job(store, queue=Q, token="a")
+    assert claim_empty(store, queue=Q, token="b").throttled == "concurrency"  # marks it full
+    pubsub = redis_client.pubsub()
+    pubsub.subscribe(store.keys.wake)
+    assert pubsub.get_message(timeout=1.0)["type"] == "subscribe"
+    try:
+        result = store.ack_and_claim(
+            held.id, "a", Complete(), queue=Q, names=["TestJob"], next_token="c"
+        )
+        assert isinstance(result, Claimed)
+        store.release(result.job.id, "c")  # this one leaves the slot free: one wake
+        messages = []
+        while (message := pubsub.get_message(timeout=0.3)) is not None:
+            messages.append(message["data"])
+    finally:
+        pubsub.close()
+    assert messages == [Q, "\0" + Q]  # release's own wake, then the slot-freed one

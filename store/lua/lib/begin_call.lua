@@ -4,5 +4,6 @@
 local function begin_call(tag)
   bind(tag)
   OWED = {}
+  LIMITS.freed = {}
   CZ_FOLDED = false
 end

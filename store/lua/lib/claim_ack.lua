@@ -198,7 +198,7 @@ local function ack_job(now, id, token, outcome, exit_json, retry_delay)
     local seq = redis.call('INCR', K_SEQ)
     if delay > 0 then
       redis.call('ZREM', K_ACTIVE, id)
-      if j.limited then LIMITS.leave(id, j.queue) end
+      if j.limited then LIMITS.leave(id, j.queue, now) end
       redis.call('HSET', jk, 'state', 'delayed', 'seq', fmt(seq), 'run_at', fmt(now + delay))
       redis.call('HDEL', jk, 'lock_token', 'lock_expires_at', 'lq')
       redis.call('ZADD', k_delayed(j.queue), now + delay, id)

@@ -7,7 +7,15 @@
 -- library, lives across calls).
 local NUL = '\0'
 local B
-local K_SEQ, K_ALL, K_ACTIVE, K_COUNTS, K_PAUSED, K_DEDUPE_WINDOWS, K_DEDUPE_PENDING, K_KEEPAGE, K_WAKE, K_OUTBOX, K_OUTBOX_SEQ, K_FLOW_OWES, K_STATS, K_SCHEDULES, K_QNAMES, K_FLOW_PENDING, K_FLOW_CASCADE, K_FLOW_GC, K_IXPEND, K_LIMITS, K_LIMITS_RATE, K_LIMITS_BLOCKED
+local K_SEQ, K_ALL, K_ACTIVE, K_COUNTS, K_PAUSED, K_DEDUPE_WINDOWS, K_DEDUPE_PENDING, K_KEEPAGE, K_WAKE, K_OUTBOX, K_OUTBOX_SEQ, K_FLOW_OWES, K_STATS, K_SCHEDULES, K_QNAMES, K_FLOW_PENDING, K_FLOW_CASCADE, K_FLOW_GC, K_IXPEND
+
+-- Flow control (lib/limits.lua), one table (the joined library keeps its
+-- locals few): each limited queue's settings, the time of its last
+-- rate-limited claim, the queues a claim found at their concurrency limit
+-- (an ack of theirs then wakes one waiting claimer), and per limited queue
+-- the jobs holding a claim, scored by lock expiry.
+local K_LIMIT = {}
+function K_LIMIT.active(queue) return B .. ':limits:active:' .. queue end
 
 local function bind(tag)
   -- A Function library keeps its state between calls: rebinding the same store is a no-op.
@@ -32,20 +40,15 @@ local function bind(tag)
   K_FLOW_CASCADE = B .. ':flow:cascade'
   K_FLOW_GC = B .. ':flow:gc'
   K_IXPEND = B .. ':ixpend'
-  -- Flow control (lib/limits.lua): each limited queue's settings, the time of
-  -- its last rate-limited claim, and the queues a claim found at their
-  -- concurrency limit (an ack of theirs then wakes one waiting claimer).
-  K_LIMITS = B .. ':limits'
-  K_LIMITS_RATE = B .. ':limits:rate'
-  K_LIMITS_BLOCKED = B .. ':limits:blocked'
+  K_LIMIT.settings = B .. ':limits'
+  K_LIMIT.rate = B .. ':limits:rate'
+  K_LIMIT.blocked = B .. ':limits:blocked'
 end
 
 local function k_job(id) return B .. ':job:' .. id end
 local function k_attempts(id) return B .. ':attempts:' .. id end
 local function k_waiting(queue, name) return B .. ':waiting:' .. queue .. NUL .. name end
 local function k_delayed(queue) return B .. ':delayed:' .. queue end
--- The jobs of a limited queue holding a claim, scored by lock expiry (lib/limits.lua).
-local function k_limit_active(queue) return B .. ':limits:active:' .. queue end
 local function k_finished(state) return B .. ':finished:' .. state end
 local function k_terminal(name, state) return B .. ':terminal:' .. state .. ':' .. name end
 local function k_byname(name) return B .. ':byname:' .. name end

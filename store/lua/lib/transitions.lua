@@ -16,14 +16,14 @@ local function snapshot(id)
 end
 
 -- Take a job out of the structure that holds it in its current state.
-local function unlink_from_state(id, j)
+local function unlink_from_state(id, j, now)
   if j.state == 'waiting' then
     rem_waiting(j.queue, j.name, j.seq, id)
   elseif j.state == 'delayed' then
     redis.call('ZREM', k_delayed(j.queue), id)
   elseif j.state == 'active' then
     redis.call('ZREM', K_ACTIVE, id)
-    if j.limited then LIMITS.leave(id, j.queue) end
+    if j.limited then LIMITS.leave(id, j.queue, now) end
   else
     unpark(id, j)
   end
@@ -35,7 +35,7 @@ end
 -- when store_exit is true; ledger_exit goes into the ledger entry.
 local function finish(id, j, to_state, opts, now)
   local jk = k_job(id)
-  unlink_from_state(id, j)
+  unlink_from_state(id, j, now)
   -- The run's ledger entry is folded into the hash when the hash says it all
   -- (see fold_attempt): the common case, a job that ends on its first run,
   -- then has no ledger key at all.
@@ -69,7 +69,7 @@ end
 -- Put a job back into waiting with the given seq (kept or fresh).
 local function make_waiting(id, j, seq, now, run_at)
   local jk = k_job(id)
-  unlink_from_state(id, j)
+  unlink_from_state(id, j, now)
   if run_at then
     redis.call('HSET', jk, 'state', 'waiting', 'seq', fmt(seq), 'run_at', fmt(run_at))
   else
