@@ -60,14 +60,14 @@ class QueueLimits:
     queue the earliest lock expiry, unless an ack frees a slot sooner), else None.
     """
 
-    queue: str
     concurrency: int | None = None
     rate: Rate | None = None
     group_concurrency: int | None = None
     group_rate: Rate | None = None
     active: int = 0
-    waiting: int = 0
     throttled_until: int | None = None
+    waiting: int = 0
+    queue: str = ""
 
     @property
     def limited(self) -> bool:

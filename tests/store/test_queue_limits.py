@@ -430,3 +430,18 @@ def test_an_ack_whose_slot_is_taken_again_in_the_same_call_wakes_nobody(
     finally:
         pubsub.close()
     assert messages == [Q, "\0" + Q]  # release's own wake, then the slot-freed one
+
+
+def test_a_pruned_job_of_a_limited_queue_leaves_no_trace(
+    store: RedisJobStore, redis_client: Any, prefix: str
+) -> None:
+    from tests.store.helpers import traces_of
+
+    store.set_queue_limits(Q, concurrency=2, rate=Rate(10, per_ms=1000))
+    job_id = "limited-job-7e21"
+    store.enqueue(req(id=job_id, queue=Q, keep={"completed": {"count": 0}}))
+    claim_job(store, queue=Q, token="a")
+    assert redis_client.zscore(store.keys.limit_active(Q), job_id) is not None
+    store.ack(job_id, "a", Complete(1))
+    assert store.get_job(job_id) is None
+    assert traces_of(redis_client, prefix, job_id) == []
