@@ -445,3 +445,15 @@ def test_a_pruned_job_of_a_limited_queue_leaves_no_trace(
     store.ack(job_id, "a", Complete(1))
     assert store.get_job(job_id) is None
     assert traces_of(redis_client, prefix, job_id) == []
+
+
+def test_a_fan_out_frees_the_parents_slot(store: RedisJobStore) -> None:
+    from tests.flows.helpers import fanout_parent
+
+    store.set_queue_limits(Q, concurrency=1)
+    parent = fanout_parent(store, children=("a", "b"), queue=Q)
+    assert store.get_job(parent).state == "waiting-children"  # type: ignore[union-attr]
+    assert store.queue_limits(Q).active == 0
+    fill(store, 1)
+    claim_job(store, queue=Q, token="next")
+    assert store.queue_limits(Q).active == 1
