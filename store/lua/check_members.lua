@@ -36,7 +36,7 @@ elseif kind == 'finished' then key = k_finished(a)
 elseif kind == 'terminal' then key = k_terminal(b, a)
 elseif kind == 'byname' then key = k_byname(a)
 elseif kind == 'byqueue' then key = k_byqueue(a)
-elseif kind == 'limitactive' then key = K_LIMIT.active(a)
+elseif kind == 'limitactive' then key = K_LIMIT.active .. a
 else return redis.error_reply('check_members: unknown set kind ' .. kind) end
 chunked = kind == 'all' or kind == 'byname' or kind == 'byqueue'
 

@@ -20,7 +20,7 @@ for i = 3, #ARGV, 2 do
     redis.call('HSET', k_job(id), 'lock_expires_at', fmt(expires))
     redis.call('ZADD', K_ACTIVE, expires, id)
     -- A claim of a limited queue holds its slot while the lock lives.
-    if f[5] == '1' then redis.call('ZADD', K_LIMIT.active(f[4]), expires, id) end
+    if f[5] == '1' then redis.call('ZADD', K_LIMIT.active .. f[4], expires, id) end
   end
 end
 return { lost, cancel }

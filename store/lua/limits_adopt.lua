@@ -10,7 +10,7 @@
 -- the queue has no limits (any more).
 local queue = ARGV[1]
 if redis.call('HEXISTS', K_LIMIT.settings, queue) == 0 then return 0 end
-local ak = K_LIMIT.active(queue)
+local ak = K_LIMIT.active .. queue
 local counted = 0
 for i = 2, #ARGV do
   local id = ARGV[i]

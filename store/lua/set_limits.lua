@@ -14,7 +14,7 @@ if settings == '' then
   redis.call('HDEL', K_LIMIT.settings, queue)
   redis.call('HDEL', K_LIMIT.rate, queue)
   redis.call('SREM', K_LIMIT.blocked, queue)
-  redis.call('DEL', K_LIMIT.active(queue))
+  redis.call('DEL', K_LIMIT.active .. queue)
 else
   redis.call('HSET', K_LIMIT.settings, queue, settings)
 end

@@ -42,7 +42,7 @@ PAIRS: list[tuple[Any, str]] = [
     (lambda k: k.limits, "K_LIMIT.settings"),
     (lambda k: k.limits_rate, "K_LIMIT.rate"),
     (lambda k: k.limits_blocked, "K_LIMIT.blocked"),
-    (lambda k: k.limit_active(QUEUE), "K_LIMIT.active(ARGV[2])"),
+    (lambda k: k.limit_active(QUEUE), "K_LIMIT.active .. ARGV[2]"),
     (lambda k: k.index_seq, "k_ixseq()"),
     (lambda k: k.index_counts, "k_ixcount()"),
     (lambda k: k.finished_total, "k_finished_total()"),

@@ -13,9 +13,8 @@ local K_SEQ, K_ALL, K_ACTIVE, K_COUNTS, K_PAUSED, K_DEDUPE_WINDOWS, K_DEDUPE_PEN
 -- locals few): each limited queue's settings, the time of its last
 -- rate-limited claim, the queues a claim found at their concurrency limit
 -- (an ack of theirs then wakes one waiting claimer), and per limited queue
--- the jobs holding a claim, scored by lock expiry.
+-- (K_LIMIT.active .. queue) the jobs holding a claim, scored by lock expiry.
 local K_LIMIT = {}
-function K_LIMIT.active(queue) return B .. ':limits:active:' .. queue end
 
 local function bind(tag)
   -- A Function library keeps its state between calls: rebinding the same store is a no-op.
@@ -43,6 +42,7 @@ local function bind(tag)
   K_LIMIT.settings = B .. ':limits'
   K_LIMIT.rate = B .. ':limits:rate'
   K_LIMIT.blocked = B .. ':limits:blocked'
+  K_LIMIT.active = B .. ':limits:active:' -- .. queue
 end
 
 local function k_job(id) return B .. ':job:' .. id end

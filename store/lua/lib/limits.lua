@@ -5,7 +5,7 @@
 -- that is not limited.  A queue without a field costs its claims one HGET.
 --
 -- Concurrency is counted by lock expiry: a claim of a limited queue adds the
--- job to K_LIMIT.active(queue) scored by its lock expiry and marks the row
+-- job to K_LIMIT.active .. queue, scored by its lock expiry and marks the row
 -- ('lq' = '1'); the heartbeat moves the score, every exit from active removes
 -- it.  Only members whose lock has not expired count, so a crashed worker's
 -- slot frees when its lock expires, before stall recovery runs.
@@ -44,7 +44,7 @@ end
 -- The earliest lock expiry among the claims that count, when they fill every
 -- slot (nil: a slot is free).
 function LIMITS.full_until(lim, queue, now)
-  local ak = K_LIMIT.active(queue)
+  local ak = K_LIMIT.active .. queue
   local live = '(' .. LIMITS.fmt(now)
   if redis.call('ZCOUNT', ak, live, '+inf') < lim.concurrency then return nil end
   local first = redis.call('ZRANGEBYSCORE', ak, live, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
@@ -78,7 +78,7 @@ end
 -- expires (members already expired are trimmed: they count no longer) and
 -- the rate's clock moves to now.
 function LIMITS.take(lim, queue, id, expires, now)
-  local ak = K_LIMIT.active(queue)
+  local ak = K_LIMIT.active .. queue
   redis.call('ZREMRANGEBYSCORE', ak, '-inf', LIMITS.fmt(now))
   redis.call('ZADD', ak, expires, id)
   redis.call('HSET', k_job(id), 'lq', '1')
@@ -89,7 +89,7 @@ end
 -- removal): its slot frees.  The caller clears the row's mark with the lock
 -- fields; now is the call's time (nil: unknown).
 function LIMITS.leave(id, queue, now)
-  if redis.call('ZREM', K_LIMIT.active(queue), id) == 1 then
+  if redis.call('ZREM', K_LIMIT.active .. queue, id) == 1 then
     LIMITS.freed[queue] = now or false
   end
 end
@@ -105,7 +105,7 @@ function LIMITS.flush()
       local lim = LIMITS.read(queue)
       local free = true
       if lim and lim.concurrency then
-        local ak = K_LIMIT.active(queue)
+        local ak = K_LIMIT.active .. queue
         local held
         if now then
           held = redis.call('ZCOUNT', ak, '(' .. LIMITS.fmt(now), '+inf')
