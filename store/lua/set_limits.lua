@@ -12,7 +12,7 @@
 local queue, settings = ARGV[1], ARGV[2]
 if settings == '' then
   redis.call('HDEL', K_LIMIT.settings, queue)
-  redis.call('HDEL', K_LIMIT.rate, queue)
+  redis.call('HDEL', K_LIMIT.rate, queue, NUL .. queue)
   redis.call('SREM', K_LIMIT.blocked, queue)
   redis.call('DEL', K_LIMIT.active .. queue)
 else

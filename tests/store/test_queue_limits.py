@@ -457,3 +457,20 @@ def test_a_fan_out_frees_the_parents_slot(store: RedisJobStore) -> None:
     fill(store, 1)
     claim_job(store, queue=Q, token="next")
     assert store.queue_limits(Q).active == 1
+
+
+def test_claimers_held_back_by_the_rate_are_told_successive_slots(
+    store: RedisJobStore, clock: FakeClock
+) -> None:
+    """No herd at the next token: each throttled claimer gets its own slot to come back at."""
+    fill(store, 10)
+    store.set_queue_limits(Q, rate=Rate(10, per_ms=1000))  # one claim per 100 ms
+    claim_job(store, queue=Q, token="first")
+    times = [claim_empty(store, queue=Q, token=f"w{n}").throttled_until for n in range(3)]
+    assert times == [100, 200, 300]
+    assert store.queue_limits(Q).throttled_until == 100  # the queue's own next token
+    for n, at in enumerate(times):
+        clock.set(at)  # type: ignore[arg-type]
+        claim_job(store, queue=Q, token=f"w{n}")
+    # After a claim the count starts over.
+    assert claim_empty(store, queue=Q, token="late").throttled_until == 400

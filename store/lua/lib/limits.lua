@@ -67,7 +67,11 @@ function LIMITS.blocked(lim, queue, now)
   if lim.rate_limit then
     local free_at = LIMITS.rate_free_at(lim, queue, now)
     if free_at > now and (not until_ms or free_at > until_ms) then
-      until_ms, reason = free_at, 'rate'
+      -- Claimers held back by the rate since its last claim are told
+      -- successive slots (the n-th: free_at + (n - 1) * spacing), so they do
+      -- not all wake at free_at to race for one token.
+      local n = redis.call('HINCRBY', K_LIMIT.rate, NUL .. queue, 1)
+      until_ms, reason = free_at + (n - 1) * math.ceil(lim.rate_per / lim.rate_limit), 'rate'
     end
   end
   if until_ms then return LIMITS.fmt(until_ms), reason end
@@ -82,7 +86,10 @@ function LIMITS.take(lim, queue, id, expires, now)
   redis.call('ZREMRANGEBYSCORE', ak, '-inf', LIMITS.fmt(now))
   redis.call('ZADD', ak, expires, id)
   redis.call('HSET', k_job(id), 'lq', '1')
-  if lim.rate_limit then redis.call('HSET', K_LIMIT.rate, queue, LIMITS.fmt(now)) end
+  if lim.rate_limit then
+    redis.call('HSET', K_LIMIT.rate, queue, LIMITS.fmt(now))
+    redis.call('HDEL', K_LIMIT.rate, NUL .. queue)
+  end
 end
 
 -- A marked job ('lq') leaves active (ack, release, recovery, fan-out,
