@@ -1,13 +1,14 @@
-"""Queue limits with real worker processes (issue 26): a queue's concurrency limit holds
-for all workers of all processes together, and a limited queue drains on ack wake-ups.
+"""Queue limits with real worker processes (issue 26): a queue's concurrency and rate limits
+hold for all workers of all processes together, and a limited queue drains on wake-ups.
 
-Two child processes run ``Worker.run()`` with 4 takers each on the wall clock; the queue
-allows 3 claims at once.  How many jobs were claimed at once is read afterwards from the
-attempts ledger: each run spans its claim (``started_at``) to its ack (``finished_at``).
+Two child processes run ``Worker.run()`` with 4 takers each on the wall clock.  What the
+limits allowed is read afterwards from the attempts ledger: each run spans its claim
+(``started_at``) to its ack (``finished_at``).
 """
 
 from __future__ import annotations
 
+import bisect
 import os
 import subprocess
 import sys
@@ -16,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from store import EnqueueRequest, system_clock
+from store import EnqueueRequest, Rate, system_clock
 from tests.runtime.harness import eventually
 
 REPO = Path(__file__).resolve().parents[2]
@@ -69,14 +70,13 @@ def most_at_once(intervals: list[tuple[int, int]]) -> int:
     return best
 
 
-def test_two_processes_never_exceed_the_queue_concurrency(
-    make_store: Any, redis_url: str, prefix: str, children: list[subprocess.Popen[bytes]]
-) -> None:
-    store = make_store(clock=system_clock)
-    store.set_queue_limits(QUEUE, concurrency=LIMIT)
+def drain_in_two_processes(
+    store: Any, redis_url: str, prefix: str, children: list[subprocess.Popen[bytes]], jobs: int
+) -> list[tuple[int, int]]:
+    """Enqueue ``jobs`` jobs, drain them with two worker processes; each run's (claim, ack)."""
     ids = [
         store.enqueue(EnqueueRequest(name="Limited", queue=QUEUE, payload=n)).id
-        for n in range(JOBS)
+        for n in range(jobs)
     ]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     for _ in range(2):
@@ -95,7 +95,7 @@ def test_two_processes_never_exceed_the_queue_concurrency(
             if child.poll() is not None:
                 assert child.stderr is not None
                 pytest.fail(f"a worker exited: {child.stderr.read().decode()[-2000:]}")
-        return store.counts(QUEUE)["completed"] == JOBS
+        return store.counts(QUEUE)["completed"] == jobs
 
     eventually(drained, timeout=40, message="the limited queue did not drain")
     intervals = []
@@ -103,5 +103,28 @@ def test_two_processes_never_exceed_the_queue_concurrency(
         (attempt,) = store.get_attempts(job_id)
         assert attempt.outcome == "completed" and attempt.started_at is not None
         intervals.append((attempt.started_at, attempt.finished_at))
+    return intervals
+
+
+def test_two_processes_never_exceed_the_queue_concurrency(
+    make_store: Any, redis_url: str, prefix: str, children: list[subprocess.Popen[bytes]]
+) -> None:
+    store = make_store(clock=system_clock)
+    store.set_queue_limits(QUEUE, concurrency=LIMIT)
+    intervals = drain_in_two_processes(store, redis_url, prefix, children, JOBS)
     assert most_at_once(intervals) == LIMIT
     assert store.queue_limits(QUEUE).active == 0
+
+
+def test_two_processes_never_exceed_the_queue_rate(
+    make_store: Any, redis_url: str, prefix: str, children: list[subprocess.Popen[bytes]]
+) -> None:
+    """No window of the period, wherever it starts, holds more claims than the rate allows."""
+    limit, per_ms = 10, 500
+    store = make_store(clock=system_clock)
+    store.set_queue_limits(QUEUE, rate=Rate(limit, per_ms=per_ms))
+    claims = sorted(
+        start for start, _ in drain_in_two_processes(store, redis_url, prefix, children, 25)
+    )
+    for i, start in enumerate(claims):
+        assert bisect.bisect_left(claims, start + per_ms) - i <= limit, claims
