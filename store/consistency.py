@@ -97,7 +97,15 @@ REPAIRS: dict[str, str] = {
 Progress = Callable[[str, int, int | None], None]
 
 #: The key kinds pass 1 collects, with the part after the tag they start with.
-_SET_PREFIXES = ("waiting:", "delayed:", "finished:", "terminal:", "byname:", "byqueue:")
+_SET_PREFIXES = (
+    "waiting:",
+    "delayed:",
+    "finished:",
+    "terminal:",
+    "byname:",
+    "byqueue:",
+    "limits:active:",
+)
 
 
 @dataclass
@@ -482,6 +490,8 @@ def _parse_set(rest: str) -> tuple[str, str, str] | None:
         return ("finished", tail, "") if tail in TERMINAL_STATES else None
     if kind in ("delayed", "byname", "byqueue"):
         return (kind, tail, "")
+    if kind == "limits" and tail.startswith("active:"):
+        return ("limitactive", tail[len("active:") :], "")
     return None
 
 
@@ -502,6 +512,8 @@ def _set_key(keys: Any, kind: str, a: str, b: str) -> str:
         return str(keys.delayed(a))
     if kind == "byname":
         return str(keys.byname(a))
+    if kind == "limitactive":
+        return str(keys.limit_active(a))
     return str(keys.byqueue(a))
 
 

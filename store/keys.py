@@ -64,6 +64,12 @@ class StoreKeys:
         self.index_seq = f"{tag}:ixseq"
         self.index_counts = f"{tag}:ixcount"
         self.index_pending = f"{tag}:ixpend"
+        #: Flow control (store/queue_limits.py): each limited queue's settings (field: the
+        #: queue), the time of its last rate-limited claim, and the queues a claim found at
+        #: their concurrency limit.
+        self.limits = f"{tag}:limits"
+        self.limits_rate = f"{tag}:limits:rate"
+        self.limits_blocked = f"{tag}:limits:blocked"
 
     def migrating(self, key: str) -> str:
         """Where ``migrate_set`` keeps the rest of the plain set ``key`` (a key of this
@@ -82,6 +88,10 @@ class StoreKeys:
 
     def waiting(self, queue: str, name: str) -> str:
         return f"{self.tag}:waiting:{queue}{NUL}{name}"
+
+    def limit_active(self, queue: str) -> str:
+        """The jobs of a limited queue that hold a claim, scored by lock expiry."""
+        return f"{self.tag}:limits:active:{queue}"
 
     def delayed(self, queue: str) -> str:
         return f"{self.tag}:delayed:{queue}"

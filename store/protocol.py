@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     from store.eviction import EvictionStatus
+    from store.flow_control import QueueLimits, Rate
     from store.indexes import IndexSummary
     from store.insights import (
         DedupeOwner,
@@ -189,6 +190,22 @@ class JobStore(Protocol):
     def resume(self, queue: str) -> None: ...
 
     def paused_queues(self) -> builtins.list[str]: ...
+
+    # -- flow control
+
+    def set_queue_limits(
+        self,
+        queue: str,
+        *,
+        concurrency: int | None = None,
+        rate: Rate | None = None,
+        group_concurrency: int | None = None,
+        group_rate: Rate | None = None,
+    ) -> None: ...
+
+    def queue_limits(self, queue: str) -> QueueLimits: ...
+
+    def clear_queue_limits(self, queue: str) -> None: ...
 
     # -- schedules
 

@@ -467,8 +467,15 @@ class Claimed:
 
 @dataclass(frozen=True)
 class Empty:
+    """Nothing claimed.  ``next_run_at``: the next delayed job's run time.  When a queue
+    limit held waiting jobs back (store/flow_control.py), ``throttled`` says which
+    (``"concurrency"`` or ``"rate"``) and ``throttled_until`` when it next admits a
+    claim (for a full queue the earliest lock expiry; an ack wakes claimers sooner)."""
+
     next_run_at: int | None
     wake_token: int
+    throttled: str | None = None
+    throttled_until: int | None = None
 
 
 ClaimResult = Claimed | Empty

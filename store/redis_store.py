@@ -31,6 +31,7 @@ from store.errors import (
     store_error,
 )
 from store.eviction import warn_once
+from store.flow_control import QueueLimitOperations
 from store.flows import FlowOperations
 from store.indexes import IndexSummary, index_summary, normalize_indexes, reconcile_indexes
 from store.insights import InsightOperations
@@ -119,14 +120,18 @@ def _positive_ms(value: Any, what: str) -> int:
 @dataclass(frozen=True)
 class ClaimBatch:
     """What ``ack_and_claim_many`` returns: the claimed (job, token) pairs, an Empty
-    when the queue ran dry before the batch filled, and each ack's error (or None)."""
+    when the batch did not fill, and each ack's error (or None).
+
+    The Empty says why: the queue ran dry (``next_run_at``), a queue limit held the rest
+    back (``throttled`` "concurrency" or "rate", with ``throttled_until``), or the queue
+    has limits, which a batch claims one job at a time (``throttled`` "limited")."""
 
     jobs: list[tuple[JobRecord, str]]
     empty: Empty | None
     ack_errors: list[StoreFailure | None]
 
 
-class RedisJobStore(ScheduleOperations, FlowOperations, InsightOperations):
+class RedisJobStore(ScheduleOperations, FlowOperations, InsightOperations, QueueLimitOperations):
     """The job store on one Redis (standalone, TLS, unix socket or Cluster)."""
 
     def __init__(
@@ -599,13 +604,20 @@ class RedisJobStore(ScheduleOperations, FlowOperations, InsightOperations):
         ]
         empty = None
         if len(jobs) < len(tokens):
-            empty = Empty(int(float(next_run_at)) if next_run_at != "" else None, wake_token)
+            if next_run_at[:1] == "!":
+                # A queue limit stopped the batch: '!<reason>:<until ms>'.
+                reason, _, until = next_run_at[1:].partition(":")
+                empty = Empty(None, wake_token, reason, int(until) if until else None)
+            else:
+                empty = Empty(int(float(next_run_at)) if next_run_at != "" else None, wake_token)
         return ClaimBatch(jobs, empty, errors)
 
     @staticmethod
     def _claim_result(reply: list[Any], wake_token: int) -> ClaimResult:
         if reply[0] == "claimed":
             return Claimed(codec.record_from_hash(reply[1], codec.pairs_to_dict(reply[2])))
+        if reply[0] == "throttled":
+            return Empty(None, wake_token, reply[2], int(reply[1]))
         next_run_at = int(float(reply[1])) if reply[1] != "" else None
         return Empty(next_run_at, wake_token)
 

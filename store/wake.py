@@ -21,6 +21,9 @@ from typing import Any
 logger = logging.getLogger(__name__)
 
 BROADCAST = "*"
+#: The first character of a wake message saying that a slot of a limited queue freed
+#: (the queue name follows; lua/lib/limits.lua LIMITS.leave).
+SLOT_FREED = "\0"
 
 
 def _settle(future: asyncio.Future[None]) -> None:
@@ -74,6 +77,18 @@ class WakeHub:
             self._waiters.difference_update(fired)
         for waiter in fired:
             waiter.fire()
+
+    def signal_one(self, queue: str) -> None:
+        """A slot of the limited ``queue`` freed: fire one of its waiters (not all of them:
+        one claim can take the slot, so every process wakes a single claimer)."""
+        with self._lock:
+            self._version += 1
+            self._last[queue] = self._version
+            fired = next((w for w in self._waiters if queue in w.queues), None)
+            if fired is not None:
+                self._waiters.discard(fired)
+        if fired is not None:
+            fired.fire()
 
     def _register(
         self, queues: Iterable[str], token: int, fire: Callable[[], None]
@@ -154,7 +169,10 @@ class WakeHub:
                         data = msg.get("data")
                         if isinstance(data, bytes):
                             data = data.decode("utf-8", "replace")
-                        self.signal(data)
+                        if data[:1] == SLOT_FREED:
+                            self.signal_one(data[1:])
+                        else:
+                            self.signal(data)
             except Exception as exc:  # the subscriber must outlive any Redis hiccup
                 self._subscribed.clear()
                 if self._stop.is_set():

@@ -505,7 +505,11 @@ class Worker:
                         assert batch.empty is not None
                         if self.resolver is not None and await self._refresh_resolved(queue):
                             continue  # new names to claim: try again before idling
-                        if self.burst and not self._due_soon(batch.empty):
+                        if (
+                            self.burst
+                            and batch.empty.throttled is None
+                            and not self._due_soon(batch.empty)
+                        ):
                             return
                         await self._idle(queue, batch.empty)
                         continue
@@ -609,11 +613,14 @@ class Worker:
         return empty.next_run_at is not None and empty.next_run_at <= self.clock()
 
     async def _idle(self, queue: str, empty: Empty) -> None:
-        """Sleep until a wake for this queue, the next delayed job, the poll timer, or stop."""
+        """Sleep until a wake for this queue, the next delayed job, the time a queue limit
+        admits the next claim, the poll timer, or stop.  A limited queue's ack wakes one
+        claimer per process (store/wake.py SLOT_FREED), so a full queue is not polled."""
         assert self._stopping is not None
         wait_ms: float = self.poll_interval_ms
-        if empty.next_run_at is not None:
-            wait_ms = min(wait_ms, max(0, empty.next_run_at - self.clock()))
+        for at in (empty.next_run_at, empty.throttled_until):
+            if at is not None:
+                wait_ms = min(wait_ms, max(0, at - self.clock()))
         if wait_ms <= 0:
             await asyncio.sleep(0)
             return

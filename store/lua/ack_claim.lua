@@ -7,7 +7,8 @@
 --          the job names the caller handles
 --
 -- Reply: {ack reply (2 entries, the second '' when the ack failed),
---         claim reply ('claimed', id, pairs | 'empty', next_run_at | 'again', '')}.
+--         claim reply ('claimed', id, pairs | 'empty', next_run_at, '' |
+--         'throttled', until ms, reason | 'again', '', '')}.
 -- 'again': the claim stopped short (owed promotions, dangling members; see
 -- claim_next) and the caller claims once more.
 -- The claim runs whatever the ack's outcome: a worker whose ack was refused

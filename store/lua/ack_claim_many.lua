@@ -10,7 +10,9 @@
 -- Reply: {ack replies (n pairs: code, queue or ''), claimed (flat: id, pairs,
 -- id, pairs, ...), next_run_at or '' (set when the queue ran dry), or '!again'
 -- when a claim stopped short (owed promotions, dangling members; see
--- claim_next): the caller claims the rest again}
+-- claim_next): the caller claims the rest again, or '!<reason>:<until ms>'
+-- when a queue limit held the rest back (reason 'concurrency' or 'rate'), or
+-- '!limited:' when the queue has limits (one claim per batch)}
 local a = read_claim_args(ARGV)
 local acks = {}
 for _, ack in ipairs(a.acks) do
@@ -25,9 +27,16 @@ for _, token in ipairs(a.tokens) do
   if c[1] ~= 'claimed' then
     next_run_at = c[2]
     if c[1] == 'again' then next_run_at = '!again' end
+    if c[1] == 'throttled' then next_run_at = '!' .. c[3] .. ':' .. c[2] end
     break
   end
   claimed[#claimed + 1] = c[2]
   claimed[#claimed + 1] = c[3]
+  if c[4] then
+    -- A limited queue: one job per batch, so that a prefetching worker never
+    -- holds claimed jobs it is not running while other workers wait for a slot.
+    if #claimed < 2 * #a.tokens then next_run_at = '!limited:' end
+    break
+  end
 end
 return with_owed({ acks, claimed, next_run_at })

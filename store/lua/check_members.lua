@@ -5,7 +5,8 @@
 -- ARGV[2]  set kind: 'all' | 'active' | 'keepage' | 'delayed' (ARGV[3] queue) |
 --          'waiting' (ARGV[3] queue, ARGV[4] name) | 'finished' (ARGV[3] state) |
 --          'terminal' (ARGV[3] state, ARGV[4] name) | 'byname' (ARGV[3] name) |
---          'byqueue' (ARGV[3] queue)
+--          'byqueue' (ARGV[3] queue) | 'limitactive' (ARGV[3] queue: the claims
+--          of a limited queue, lib/limits.lua)
 -- ARGV[5..]  members (at most 500; members gone from the set by now are skipped);
 --          for the chunked sets (all, byname, byqueue) member, score pairs
 --
@@ -16,8 +17,9 @@
 --                     stands for, or a chunked set lists it under another score
 --                     than its enqueued_at (repair: removed; the row is counted
 --                     elsewhere, and check_jobs lists it under the right score)
---   stray_lock        an active-set entry (a lock) of a job that is not active
---                     (repair: removed)
+--   stray_lock        an active-set entry (a lock) of a job that is not active,
+--                     or a limited queue's claim of a job that is not active in
+--                     that queue under a limited claim (repair: removed)
 -- counters: the counter fields the repair decremented (mqcheck's bookkeeping).
 -- Remnant hashes (identifying fields lost) are check_jobs' to report.
 -- Rows single inserts left in the chunked sets' head join their chunks first.
@@ -34,6 +36,7 @@ elseif kind == 'finished' then key = k_finished(a)
 elseif kind == 'terminal' then key = k_terminal(b, a)
 elseif kind == 'byname' then key = k_byname(a)
 elseif kind == 'byqueue' then key = k_byqueue(a)
+elseif kind == 'limitactive' then key = K_LIMIT.active .. a
 else return redis.error_reply('check_members: unknown set kind ' .. kind) end
 chunked = kind == 'all' or kind == 'byname' or kind == 'byqueue'
 
@@ -73,7 +76,7 @@ for i = 5, #ARGV, step do
   if listed(member) then
     local id = member
     if kind == 'waiting' then id = string.sub(member, WAITING_SEQ_WIDTH + 1) end
-    local f = redis.call('HMGET', k_job(id), 'state', 'queue', 'name', 'seq', 'enqueued_at')
+    local f = redis.call('HMGET', k_job(id), 'state', 'queue', 'name', 'seq', 'enqueued_at', 'lq')
     local state, queue, name, seq = f[1], f[2], f[3], f[4]
     if not is_row(state, queue, name, seq) then
       if redis.call('EXISTS', k_job(id)) == 0 then
@@ -97,10 +100,13 @@ for i = 5, #ARGV, step do
       elseif kind == 'finished' then fits = state == a
       elseif kind == 'terminal' then fits = state == a and name == b
       elseif kind == 'byname' then fits = name == a
+      elseif kind == 'limitactive' then fits = state == 'active' and queue == a and f[6] == '1'
       else fits = queue == a end
       if not fits then
         if kind == 'active' then
           report('stray_lock', id, state)
+        elseif kind == 'limitactive' then
+          report('stray_lock', id, 'limits:active:' .. a .. ' (job is ' .. state .. ' in ' .. queue .. ')')
         else
           report('wrong_set_member', id, kind .. ' (job is ' .. state .. ')')
         end

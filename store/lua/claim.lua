@@ -5,7 +5,8 @@
 --          acks and one token: now, lock duration ms, queue, 0, 1, token,
 --          then the job names this caller handles
 --
--- Reply: {'claimed', id, <HGETALL pairs>} | {'empty', next_run_at or ''} |
+-- Reply: {'claimed', id, <HGETALL pairs>[, 'limited']} | {'empty', next_run_at
+-- or ''} | {'throttled', until ms, 'concurrency' | 'rate'} (queue limits) |
 -- {'again', ''} (claim again; owed promotions come as '!owed'; see claim_next
 -- in lib/claim_ack.lua).
 local a = read_claim_args(ARGV)

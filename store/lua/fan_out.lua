@@ -71,9 +71,10 @@ if j.cancel_requested then
   finish_cancelled(id, j, now)
 elseif pending > 0 then
   redis.call('ZREM', K_ACTIVE, id)
+  if j.limited then LIMITS.leave(id, j.queue, now) end
   redis.call('HSET', jk, 'state', 'waiting-children')
   park(id, j, now)
-  redis.call('HDEL', jk, 'lock_token', 'lock_expires_at')
+  redis.call('HDEL', jk, 'lock_token', 'lock_expires_at', 'lq')
   counts_add(j.queue, 'active', -1)
   counts_add(j.queue, 'waiting-children', 1)
 else

@@ -29,7 +29,10 @@ from tests.store.test_indexes import *  # noqa: F403
 from tests.store.test_keyspace import *  # noqa: F403
 from tests.store.test_list import *  # noqa: F403
 from tests.store.test_locks import *  # noqa: F403
+from tests.store.test_queue_limits import *  # noqa: F403
 from tests.store.test_retention import *  # noqa: F403
 
 # Opens ``redis.Redis.from_url(redis_url)``: a standalone client, meaningless on a cluster URL.
 del test_a_key_name_that_is_not_utf8_reaches_callers_as_job_store_error  # noqa: F821
+# Subscribes with a raw client's pubsub (a cluster client's pubsub needs a node).
+del test_an_ack_whose_slot_is_taken_again_in_the_same_call_wakes_nobody  # noqa: F821

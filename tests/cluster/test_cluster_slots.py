@@ -24,11 +24,13 @@ import redis.cluster
 from store import (
     Claimed,
     Complete,
+    Empty,
     EnqueueRequest,
     Fail,
     FanOut,
     FlowChildReport,
     JobStoreError,
+    Rate,
     RedisJobStore,
     Retry,
     ScheduleRecord,
@@ -136,6 +138,20 @@ def test_every_store_script_runs_and_succeeds_on_a_cluster_store(
     assert group.count == 1 and store.list_by_error(group.id).items == []  # retried since
     store.register_worker("w-1", queues={"default": ["Tour"]}, routes=[], started_at=0)
     assert [w.worker_id for w in store.live_workers()] == ["w-1"]
+
+    # flow control: set_limits (limits_adopt counts a job already active), a throttled
+    # claim, an ack that frees the slot, a clear
+    capped = store.enqueue(EnqueueRequest(name="Capped", queue="capped")).id
+    store.enqueue(EnqueueRequest(name="Capped", queue="capped"))
+    assert _claim(store, "Capped", queue="capped", token="cap").id == capped
+    store.set_queue_limits("capped", concurrency=1, rate=Rate(10, per_ms=1000))
+    assert store.queue_limits("capped").active == 1
+    throttled = store.claim(queue="capped", names=["Capped"], token="cap-2")
+    assert isinstance(throttled, Empty) and throttled.throttled == "concurrency"
+    store.ack(capped, "cap", Complete(None))
+    store.clear_queue_limits("capped")
+    again = _claim(store, "Capped", queue="capped", token="cap-2")
+    store.ack(again.id, "cap-2", Complete(None))
 
     # schedules: upsert, tick, advance, remove
     schedule = store.upsert_schedule(

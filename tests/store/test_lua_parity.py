@@ -39,6 +39,10 @@ PAIRS: list[tuple[Any, str]] = [
     (lambda k: k.flow_cascade, "K_FLOW_CASCADE"),
     (lambda k: k.flow_gc, "K_FLOW_GC"),
     (lambda k: k.index_pending, "K_IXPEND"),
+    (lambda k: k.limits, "K_LIMIT.settings"),
+    (lambda k: k.limits_rate, "K_LIMIT.rate"),
+    (lambda k: k.limits_blocked, "K_LIMIT.blocked"),
+    (lambda k: k.limit_active(QUEUE), "K_LIMIT.active .. ARGV[2]"),
     (lambda k: k.index_seq, "k_ixseq()"),
     (lambda k: k.index_counts, "k_ixcount()"),
     (lambda k: k.finished_total, "k_finished_total()"),
@@ -91,8 +95,10 @@ def test_every_lua_key_builder_matches_store_keys(redis_client: Any, prefix_: st
 def test_every_lua_key_builder_is_compared() -> None:
     """A builder added to lib/keys.lua needs a pair here (or an entry in LUA_ONLY)."""
     text = (scripts.LUA_DIR / "lib" / "keys.lua").read_text(encoding="utf-8")
-    builders = set(re.findall(r"local function (k_\w+)", text)) | set(
-        re.findall(r"^  (K_\w+) = ", text, re.MULTILINE)
+    builders = (
+        set(re.findall(r"local function (k_\w+)", text))
+        | set(re.findall(r"^  (K_\w+) = ", text, re.MULTILINE))
+        | set(re.findall(r"^ *(?:function )?(K_LIMIT\.\w+)", text, re.MULTILINE))
     )
     compared = "\n".join([*(lua for _, lua in PAIRS), *LUA_ONLY])
     missing = sorted(b for b in builders if not re.search(rf"\b{b}\b", compared))
@@ -117,3 +123,17 @@ def test_waiting_members_and_constants_match(redis_client: Any) -> None:
     assert row_items == chunks.HEAD_ROW_ITEMS
     assert cap == chunks.CHUNK_CAPACITY
     assert nul == NUL
+
+
+def test_every_script_compiles_with_locals_to_spare(redis_client: Any) -> None:
+    """Lua allows 200 locals in a chunk; EVAL runs the joined helpers and a body as one.
+
+    Each script must still compile with a few more locals than it has, so that a helper
+    added later fails here, by name, instead of in whichever operation crosses the line.
+    """
+    spare = "\nlocal spare_1, spare_2, spare_3 = 1, 2, 3"
+    for name in scripts.script_names():
+        head = f"\n-- >>> {name}.lua\n"
+        text = scripts.script_text(name).replace(head, spare + head, 1)
+        assert spare in text
+        redis_client.script_load(text)

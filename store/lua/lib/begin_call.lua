@@ -4,5 +4,7 @@
 local function begin_call(tag)
   bind(tag)
   OWED = {}
+  -- Slots a failed call freed (with_owed publishes and empties it otherwise).
+  if next(LIMITS.freed) ~= nil then LIMITS.freed = {} end
   CZ_FOLDED = false
 end

@@ -32,7 +32,9 @@ end
 
 -- Claim: promote every due delayed job of the queue (for every name and even
 -- while paused), then take the best waiting job whose name is in names.
--- Returns {'claimed', id, pairs}, {'empty', next_run_at or ''} or {'again'}.
+-- Returns {'claimed', id, pairs[, 'limited']}, {'empty', next_run_at or ''},
+-- {'throttled', until ms, 'concurrency' | 'rate'} (a queue limit holds back
+-- the jobs that wait; nothing was taken) or {'again'}.
 -- Work per call is bounded: at most PROMOTE_LIMIT promotions, NEXT_RUN_SCAN
 -- delayed members examined and ORPHAN_SKIP dangling waiting members removed.
 -- When more jobs are due than one call promotes, nothing is picked (a job
@@ -67,6 +69,12 @@ local function claim_next(now, token, lock_ms, queue, names)
     return { 'empty', next_run_at() }
   end
 
+  -- Queue limits (lib/limits.lua): one HGET when the queue has none.  They
+  -- are checked once a job is there to take, before anything is taken, so a
+  -- limited job is never claimed and handed back.
+  local lim = LIMITS.read(queue)
+  local unchecked = lim ~= nil
+
   for _ = 1, ORPHAN_SKIP do
     -- Seqs are unique and zero-padded, so comparing members compares seqs.
     local best_key, best_member, best_score
@@ -80,7 +88,15 @@ local function claim_next(now, token, lock_ms, queue, names)
         end
       end
     end
-    if not best_member then return { 'empty', next_run_at() } end
+    if not best_member then
+      if lim then LIMITS.idle(queue) end
+      return { 'empty', next_run_at() }
+    end
+    if unchecked then
+      local until_ms, reason = LIMITS.blocked(lim, queue, now)
+      if until_ms then return { 'throttled', until_ms, reason } end
+      unchecked = false
+    end
 
     local id = string.sub(best_member, WAITING_SEQ_WIDTH + 1)
     local jk = k_job(id)
@@ -94,6 +110,12 @@ local function claim_next(now, token, lock_ms, queue, names)
       redis.call('ZADD', K_ACTIVE, expires, id)
       counts_add(queue, 'waiting', -1)
       counts_add(queue, 'active', 1)
+      if lim then
+        LIMITS.take(lim, queue, id, expires, now)
+        -- The fourth entry tells a batch claim to stop: each further job of a
+        -- limited queue is checked (and taken) by a claim of its own.
+        return { 'claimed', id, redis.call('HGETALL', jk), 'limited' }
+      end
       return { 'claimed', id, redis.call('HGETALL', jk) }
     end
     -- A dangling member: its hash is gone (take back its counter), or it is
@@ -176,8 +198,9 @@ local function ack_job(now, id, token, outcome, exit_json, retry_delay)
     local seq = redis.call('INCR', K_SEQ)
     if delay > 0 then
       redis.call('ZREM', K_ACTIVE, id)
+      if j.limited then LIMITS.leave(id, j.queue, now) end
       redis.call('HSET', jk, 'state', 'delayed', 'seq', fmt(seq), 'run_at', fmt(now + delay))
-      redis.call('HDEL', jk, 'lock_token', 'lock_expires_at')
+      redis.call('HDEL', jk, 'lock_token', 'lock_expires_at', 'lq')
       redis.call('ZADD', k_delayed(j.queue), now + delay, id)
       counts_add(j.queue, 'active', -1)
       counts_add(j.queue, 'delayed', 1)

@@ -9,6 +9,13 @@ local NUL = '\0'
 local B
 local K_SEQ, K_ALL, K_ACTIVE, K_COUNTS, K_PAUSED, K_DEDUPE_WINDOWS, K_DEDUPE_PENDING, K_KEEPAGE, K_WAKE, K_OUTBOX, K_OUTBOX_SEQ, K_FLOW_OWES, K_STATS, K_SCHEDULES, K_QNAMES, K_FLOW_PENDING, K_FLOW_CASCADE, K_FLOW_GC, K_IXPEND
 
+-- Flow control (lib/limits.lua), one table (the joined library keeps its
+-- locals few): each limited queue's settings, the time of its last
+-- rate-limited claim, the queues a claim found at their concurrency limit
+-- (an ack of theirs then wakes one waiting claimer), and per limited queue
+-- (K_LIMIT.active .. queue) the jobs holding a claim, scored by lock expiry.
+local K_LIMIT = {}
+
 local function bind(tag)
   -- A Function library keeps its state between calls: rebinding the same store is a no-op.
   if B == tag then return end
@@ -32,6 +39,10 @@ local function bind(tag)
   K_FLOW_CASCADE = B .. ':flow:cascade'
   K_FLOW_GC = B .. ':flow:gc'
   K_IXPEND = B .. ':ixpend'
+  K_LIMIT.settings = B .. ':limits'
+  K_LIMIT.rate = B .. ':limits:rate'
+  K_LIMIT.blocked = B .. ':limits:blocked'
+  K_LIMIT.active = B .. ':limits:active:' -- .. queue
 end
 
 local function k_job(id) return B .. ':job:' .. id end

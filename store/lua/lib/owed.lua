@@ -11,6 +11,7 @@ local function owe(kind, a, b, c)
 end
 
 local function with_owed(reply)
+  LIMITS.flush()
   if #OWED == 0 then return reply end
   local owed = { '!owed' }
   for _, o in ipairs(OWED) do

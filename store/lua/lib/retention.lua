@@ -22,7 +22,7 @@ end
 -- entries are deliberately left alone (see the store contract, remove).
 local function delete_job(id)
   local jk = k_job(id)
-  local f = redis.call('HMGET', jk, 'name', 'queue', 'state', 'seq', 'error_group', 'enqueued_at')
+  local f = redis.call('HMGET', jk, 'name', 'queue', 'state', 'seq', 'error_group', 'enqueued_at', 'lq')
   local name, queue, state, seq = f[1], f[2], f[3], f[4]
   if not is_row(state, queue, name, seq) then
     if redis.call('EXISTS', jk) == 0 then return false end
@@ -44,6 +44,7 @@ local function delete_job(id)
     redis.call('ZREM', k_delayed(queue), id)
   elseif state == 'active' then
     redis.call('ZREM', K_ACTIVE, id)
+    if f[7] == '1' then LIMITS.leave(id, queue) end
   elseif state == 'waiting-children' then
     redis.call('ZREM', k_parked(queue), id)
   elseif is_terminal(state) then

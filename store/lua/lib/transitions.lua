@@ -4,24 +4,26 @@
 -- gone or is a remnant without its identifying fields (see is_row).
 local function snapshot(id)
   local f = redis.call('HMGET', k_job(id), 'state', 'queue', 'name', 'seq', 'priority',
-    'pa', 'cancel_requested', 'keep', 'dedupe_key', 'lock_token')
+    'pa', 'cancel_requested', 'keep', 'dedupe_key', 'lock_token', 'lq')
   if not is_row(f[1], f[2], f[3], f[4]) then return nil end
   local jk = k_job(id)
   return {
     state = f[1], queue = f[2], name = f[3], seq = f[4], priority = f[5] or '0',
     processed_at = f[6] or nil, cancel_requested = f[7] == '1', keep = get_long(jk, 'keep', f[8]) or nil,
     dedupe_key = get_long(jk, 'dedupe_key', f[9]) or nil, lock_token = f[10] or nil,
+    limited = f[11] == '1',
   }
 end
 
 -- Take a job out of the structure that holds it in its current state.
-local function unlink_from_state(id, j)
+local function unlink_from_state(id, j, now)
   if j.state == 'waiting' then
     rem_waiting(j.queue, j.name, j.seq, id)
   elseif j.state == 'delayed' then
     redis.call('ZREM', k_delayed(j.queue), id)
   elseif j.state == 'active' then
     redis.call('ZREM', K_ACTIVE, id)
+    if j.limited then LIMITS.leave(id, j.queue, now) end
   else
     unpark(id, j)
   end
@@ -33,7 +35,7 @@ end
 -- when store_exit is true; ledger_exit goes into the ledger entry.
 local function finish(id, j, to_state, opts, now)
   local jk = k_job(id)
-  unlink_from_state(id, j)
+  unlink_from_state(id, j, now)
   -- The run's ledger entry is folded into the hash when the hash says it all
   -- (see fold_attempt): the common case, a job that ends on its first run,
   -- then has no ledger key at all.
@@ -45,7 +47,7 @@ local function finish(id, j, to_state, opts, now)
   else
     redis.call('HSET', jk, 'state', to_state, 'fa', fmt(now))
   end
-  redis.call('HDEL', jk, 'cancel_requested', 'lock_token', 'lock_expires_at')
+  redis.call('HDEL', jk, 'cancel_requested', 'lock_token', 'lock_expires_at', 'lq')
   if stored_exit then set_long(jk, 'exit', stored_exit) end
   if opts.failed_reason then set_long(jk, 'failed_reason', opts.failed_reason) end
   counts_add(j.queue, j.state, -1)
@@ -67,13 +69,13 @@ end
 -- Put a job back into waiting with the given seq (kept or fresh).
 local function make_waiting(id, j, seq, now, run_at)
   local jk = k_job(id)
-  unlink_from_state(id, j)
+  unlink_from_state(id, j, now)
   if run_at then
     redis.call('HSET', jk, 'state', 'waiting', 'seq', fmt(seq), 'run_at', fmt(run_at))
   else
     redis.call('HSET', jk, 'state', 'waiting', 'seq', fmt(seq))
   end
-  redis.call('HDEL', jk, 'lock_token', 'lock_expires_at')
+  redis.call('HDEL', jk, 'lock_token', 'lock_expires_at', 'lq')
   add_waiting(j.queue, j.name, j.priority, seq, id)
   counts_add(j.queue, j.state, -1)
   counts_add(j.queue, 'waiting', 1)

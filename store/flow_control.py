@@ -1,0 +1,191 @@
+"""Flow control: queue limits enforced by the store inside every claim.
+
+A queue may have a concurrency limit (claimed jobs at once, all workers of all
+processes together, counted by lock expiry) and a rate limit (claims per period,
+a GCRA without burst tolerance: claims are spaced ``per_ms / limit`` apart, so no
+window of ``per_ms`` holds more than ``limit`` claims).  The Lua side is
+``store/lua/lib/limits.lua``; the settings live in one hash field per limited
+queue, so a queue without limits costs a claim one HGET.  docs/flow-control.md
+has the design, its guarantees and its costs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from store.errors import InvalidRequestError, redis_errors
+
+if TYPE_CHECKING:
+    from store.keys import StoreKeys
+
+#: Upper bounds of the settings: far beyond any real use, and small enough that the
+#: rate's integer arithmetic in Lua (doubles) stays exact.
+MAX_CONCURRENCY = 1_000_000_000
+MAX_RATE_LIMIT = 1_000_000_000
+MAX_RATE_PERIOD_MS = 100 * 365 * 86_400_000
+
+#: Active-set members one adopt call handles (set_queue_limits pages the active set).
+ADOPT_PAGE = 500
+
+
+def _whole(value: Any, what: str, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidRequestError(f"{what} must be an integer, got {value!r}")
+    if not low <= value <= high:
+        raise InvalidRequestError(f"{what} must be between {low} and {high}, got {value}")
+    return value
+
+
+@dataclass(frozen=True)
+class Rate:
+    """At most ``limit`` claims in any window of ``per_ms`` milliseconds."""
+
+    limit: int
+    per_ms: int
+
+    def __post_init__(self) -> None:
+        _whole(self.limit, "a rate's limit", 1, MAX_RATE_LIMIT)
+        _whole(self.per_ms, "a rate's period (per_ms)", 1, MAX_RATE_PERIOD_MS)
+
+
+@dataclass(frozen=True)
+class QueueLimits:
+    """A queue's limits (None: not limited in that way) and their live usage.
+
+    ``active``: claims that hold a slot now (their lock has not expired);
+    ``waiting``: jobs of the queue waiting to be claimed; ``throttled_until``: when
+    the limits next admit a claim if they admit none now (epoch ms; for a full
+    queue the earliest lock expiry, unless an ack frees a slot sooner), else None.
+    """
+
+    concurrency: int | None = None
+    rate: Rate | None = None
+    group_concurrency: int | None = None
+    group_rate: Rate | None = None
+    active: int = 0
+    throttled_until: int | None = None
+    waiting: int = 0
+    queue: str = ""
+
+    @property
+    def limited(self) -> bool:
+        return self.concurrency is not None or self.rate is not None
+
+
+def encode_limits(concurrency: Any, rate: Any, group_concurrency: Any, group_rate: Any) -> str:
+    """The settings string of lib/limits.lua ('' = no limits), refusing invalid ones."""
+    if group_concurrency is not None or group_rate is not None:
+        raise InvalidRequestError(
+            "group limits need job groups (EnqueueRequest.group), which this store does not "
+            "support yet: set group_concurrency and group_rate to None"
+        )
+    parts = ["", "", ""]
+    if concurrency is not None:
+        parts[0] = str(_whole(concurrency, "concurrency", 1, MAX_CONCURRENCY))
+    if rate is not None:
+        if not isinstance(rate, Rate):
+            raise InvalidRequestError(f"rate must be a store.Rate, got {rate!r}")
+        parts[1], parts[2] = str(rate.limit), str(rate.per_ms)
+    if parts == ["", "", ""]:
+        return ""
+    return ":".join(parts)
+
+
+def decode_limits(settings: str | None) -> tuple[int | None, Rate | None]:
+    """(concurrency, rate) of a settings string (None: no limits)."""
+    if not settings:
+        return None, None
+    concurrency, limit, per_ms = (settings.split(":") + ["", "", ""])[:3]
+    return (
+        int(concurrency) if concurrency else None,
+        Rate(int(limit), int(per_ms)) if limit and per_ms else None,
+    )
+
+
+def check_queue(queue: Any) -> str:
+    if not isinstance(queue, str) or not queue:
+        raise InvalidRequestError(f"a queue name must be a non-empty string, got {queue!r}")
+    return queue
+
+
+class QueueLimitOperations:
+    """Queue limits of ``RedisJobStore`` (mixed into the store class)."""
+
+    # Provided by RedisJobStore.
+    keys: StoreKeys
+    client: Any
+    _command: Callable[..., Any]
+    _run: Callable[..., Any]
+    now: Callable[[], int]
+
+    def set_queue_limits(
+        self,
+        queue: str,
+        *,
+        concurrency: int | None = None,
+        rate: Rate | None = None,
+        group_concurrency: int | None = None,
+        group_rate: Rate | None = None,
+    ) -> None:
+        """Replace ``queue``'s limits (None: no limit of that kind); the next claim obeys them.
+
+        Jobs of the queue already active count against the concurrency limit at once.
+        Invalid limits raise InvalidRequestError and nothing is written.
+        """
+        check_queue(queue)
+        settings = encode_limits(concurrency, rate, group_concurrency, group_rate)
+        self._run("set_limits", queue, settings)
+        if settings:
+            self._adopt_active(queue)
+
+    def clear_queue_limits(self, queue: str) -> None:
+        """Remove every limit of ``queue`` (and its usage bookkeeping)."""
+        self._run("set_limits", check_queue(queue), "")
+
+    def _adopt_active(self, queue: str) -> None:
+        """Count the queue's jobs that were active before it became limited (paged)."""
+        cursor = 0
+        while True:
+            cursor, page = self._command(
+                "set_queue_limits", "zscan", self.keys.active, cursor, count=ADOPT_PAGE
+            )
+            ids = [member for member, _score in page]
+            if ids:
+                self._run("limits_adopt", queue, *ids)
+            if not cursor:
+                return
+
+    def queue_limits(self, queue: str) -> QueueLimits:
+        """``queue``'s limits and live usage (all zeros / None when it has none)."""
+        check_queue(queue)
+        now = self.now()
+        live = f"({now}"
+        with redis_errors("queue_limits"):
+            pipe = self.client.pipeline(transaction=False)
+            pipe.hget(self.keys.limits, queue)
+            pipe.zcount(self.keys.limit_active(queue), live, "+inf")
+            pipe.zrangebyscore(
+                self.keys.limit_active(queue), live, "+inf", start=0, num=1, withscores=True
+            )
+            pipe.hget(self.keys.limits_rate, queue)
+            pipe.hget(self.keys.counts, f"{queue}|waiting")
+            settings, active, first, last, waiting = pipe.execute()
+        concurrency, rate = decode_limits(settings)
+        until: int | None = None
+        if concurrency is not None and int(active) >= concurrency and first:
+            until = int(first[0][1])
+        if rate is not None and last is not None:
+            last_ms = int(last)
+            if (now - last_ms) * rate.limit < rate.per_ms:
+                free_at = last_ms + -(-rate.per_ms // rate.limit)
+                until = free_at if until is None else max(until, free_at)
+        return QueueLimits(
+            queue=queue,
+            concurrency=concurrency,
+            rate=rate,
+            active=int(active) if settings else 0,
+            waiting=int(waiting or 0),
+            throttled_until=until,
+        )

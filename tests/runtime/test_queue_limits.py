@@ -1,0 +1,130 @@
+"""Queue limits with real worker processes (issue 26): a queue's concurrency and rate limits
+hold for all workers of all processes together, and a limited queue drains on wake-ups.
+
+Two child processes run ``Worker.run()`` with 4 takers each on the wall clock.  What the
+limits allowed is read afterwards from the attempts ledger: each run spans its claim
+(``started_at``) to its ack (``finished_at``).
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from store import EnqueueRequest, Rate, system_clock
+from tests.runtime.harness import eventually
+
+REPO = Path(__file__).resolve().parents[2]
+QUEUE = "limited"
+LIMIT = 3
+JOBS = 40
+
+CHILD = r"""
+import asyncio, sys
+from store import Job, RedisJobStore, StoreRegistry, Worker, connect
+
+url, prefix = sys.argv[1:3]
+store = RedisJobStore(connect(url), prefix=prefix)
+registry = StoreRegistry()
+registry.register(store)
+
+async def handler(payload):
+    await asyncio.sleep(0.02)
+
+job = Job("Limited", queue="limited", handler=handler, registry=registry)
+# Polling is off in practice (60 s): a waiting taker claims again when an ack wakes it.
+Worker(store, [job], concurrency=4, poll_interval_ms=60_000, registry=registry).run()
+"""
+
+
+@pytest.fixture
+def children() -> Any:
+    spawned: list[subprocess.Popen[bytes]] = []
+    yield spawned
+    for child in spawned:
+        if child.poll() is None:
+            child.terminate()
+            try:
+                child.wait(10)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait(10)
+        if child.stderr is not None:
+            child.stderr.close()
+
+
+def most_at_once(intervals: list[tuple[int, int]]) -> int:
+    """The largest number of [claim, ack) intervals covering one instant."""
+    # At equal times an ack (-1) sorts before a claim (+1): the script that acked ran first.
+    events = sorted([(start, 1) for start, _ in intervals] + [(end, -1) for _, end in intervals])
+    best = now = 0
+    for _, step in events:
+        now += step
+        best = max(best, now)
+    return best
+
+
+def drain_in_two_processes(
+    store: Any, redis_url: str, prefix: str, children: list[subprocess.Popen[bytes]], jobs: int
+) -> list[tuple[int, int]]:
+    """Enqueue ``jobs`` jobs, drain them with two worker processes; each run's (claim, ack)."""
+    ids = [
+        store.enqueue(EnqueueRequest(name="Limited", queue=QUEUE, payload=n)).id
+        for n in range(jobs)
+    ]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    for _ in range(2):
+        children.append(
+            subprocess.Popen(
+                [sys.executable, "-c", CHILD, redis_url, prefix],
+                env=env,
+                cwd=str(REPO),
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+            )
+        )
+
+    def drained() -> bool:
+        for child in children:
+            if child.poll() is not None:
+                assert child.stderr is not None
+                pytest.fail(f"a worker exited: {child.stderr.read().decode()[-2000:]}")
+        return store.counts(QUEUE)["completed"] == jobs
+
+    eventually(drained, timeout=40, message="the limited queue did not drain")
+    intervals = []
+    for job_id in ids:
+        (attempt,) = store.get_attempts(job_id)
+        assert attempt.outcome == "completed" and attempt.started_at is not None
+        intervals.append((attempt.started_at, attempt.finished_at))
+    return intervals
+
+
+def test_two_processes_never_exceed_the_queue_concurrency(
+    make_store: Any, redis_url: str, prefix: str, children: list[subprocess.Popen[bytes]]
+) -> None:
+    store = make_store(clock=system_clock)
+    store.set_queue_limits(QUEUE, concurrency=LIMIT)
+    intervals = drain_in_two_processes(store, redis_url, prefix, children, JOBS)
+    assert most_at_once(intervals) == LIMIT
+    assert store.queue_limits(QUEUE).active == 0
+
+
+def test_two_processes_never_exceed_the_queue_rate(
+    make_store: Any, redis_url: str, prefix: str, children: list[subprocess.Popen[bytes]]
+) -> None:
+    """No window of the period, wherever it starts, holds more claims than the rate allows."""
+    limit, per_ms = 10, 500
+    store = make_store(clock=system_clock)
+    store.set_queue_limits(QUEUE, rate=Rate(limit, per_ms=per_ms))
+    claims = sorted(
+        start for start, _ in drain_in_two_processes(store, redis_url, prefix, children, 25)
+    )
+    for i, start in enumerate(claims):
+        assert bisect.bisect_left(claims, start + per_ms) - i <= limit, claims
