@@ -5,7 +5,7 @@
 # 1. Everything against a private embedded Redis 6.2 (or MQ_TEST_REDIS_URL when set) and the
 #    dashboard database on SQLite.  1b: the host-project tests (their own settings module);
 #    1c: the wheel installed into a new project (.ci/wheel-project.sh); 1d: the documentation
-#    site built strictly; 1e: mypy over store/ and mqadmin/ (as `make lint` runs it).
+#    site built strictly; 1e: ruff (check and format) and mypy over store/ and mqadmin/, as `make lint` runs them.
 # With MQ_TEST_ALL=1 (`.ci/run` sets it) the passes that need other servers or interpreters follow:
 # 2. The whole suite again on the newest supported combination (Python 3.13 + Django 6.1, a nox
 #    virtualenv: .ci/noxfile.py, session full(newest)), against the Redis on 127.0.0.1:6379 when
@@ -61,7 +61,9 @@ rm -rf "$docs_site"
 
 # The type check ([tool.mypy] in pyproject.toml: store/ and mqadmin/ with the Django plugin);
 # any error fails the run.
-echo "== pass 1e: mypy"
+echo "== pass 1e: ruff and mypy (make lint)"
+.venv/bin/ruff check .
+.venv/bin/ruff format --check .
 .venv/bin/mypy
 
 if [ "${MQ_TEST_ALL:-0}" != 1 ]; then
