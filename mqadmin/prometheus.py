@@ -18,7 +18,17 @@ Families (labels):
 * ``mq_workers{store}`` live workers (presence refreshed within 60 s);
 * ``mq_outbox_entries{store}`` flow child reports not yet delivered;
 * ``mq_schedules_overdue{store}`` schedules whose next run is over 30 s late;
-* ``mq_index_ready{store,kind}`` 1 when the list index is enabled and ready.
+* ``mq_index_ready{store,kind}`` 1 when the list index is enabled and ready;
+* ``mq_queue_limit_concurrency{store,queue}`` and
+  ``mq_queue_limit_rate_per_second{store,queue}`` a limited queue's settings (a
+  family has no sample for a queue without that kind of limit);
+* ``mq_queue_active_claims{store,queue}`` claims holding a slot of a limited
+  queue now (counted by lock expiry);
+* ``mq_queue_throttled{store,queue}`` 1 while the limits admit no claim.
+
+The four queue-limit families cover at most :data:`LIMITED_PER_STORE` limited
+queues per store (the first by name): ``limited_queues()`` reads the limits hash
+in HSCAN pages, then each of those queues costs one pipeline.
 """
 
 from __future__ import annotations
@@ -33,6 +43,9 @@ from prometheus_client.registry import Collector
 from mqadmin import services
 
 logger = logging.getLogger(__name__)
+
+#: Limited queues per store whose queue-limit families a scrape reports.
+LIMITED_PER_STORE = 50
 
 
 class StoreCollector(Collector):
@@ -76,9 +89,35 @@ class StoreCollector(Collector):
             "1 when the list index of this kind is enabled and its ready marker is set.",
             labels=["store", "kind"],
         )
+        limit_concurrency = GaugeMetricFamily(
+            "mq_queue_limit_concurrency",
+            "Concurrency limit of the queue (claimed jobs at once).",
+            labels=["store", "queue"],
+        )
+        limit_rate = GaugeMetricFamily(
+            "mq_queue_limit_rate_per_second",
+            "Rate limit of the queue, in claims per second.",
+            labels=["store", "queue"],
+        )
+        active_claims = GaugeMetricFamily(
+            "mq_queue_active_claims",
+            "Claims of a limited queue holding a slot now (lock not expired).",
+            labels=["store", "queue"],
+        )
+        throttled = GaugeMetricFamily(
+            "mq_queue_throttled",
+            "1 while the queue's limits admit no claim (throttled_until in the future).",
+            labels=["store", "queue"],
+        )
         for name in services.configured_stores():
             try:
-                snap = metrics_snapshot(services.get_named_store(name))
+                job_store = services.get_named_store(name)
+                snap = metrics_snapshot(job_store)
+                now = job_store.now()
+                limits = [
+                    job_store.queue_limits(queue)
+                    for queue in job_store.limited_queues()[:LIMITED_PER_STORE]
+                ]
             except (StoreFailure, StoreDefect, OSError) + UNAVAILABLE_ERRORS as exc:
                 logger.warning("metrics: store %s unavailable: %s", name, type(exc).__name__)
                 up.add_metric([name], 0)
@@ -97,7 +136,18 @@ class StoreCollector(Collector):
             overdue.add_metric([name], snap.schedules_overdue)
             for kind, ready in sorted(snap.index_ready.items()):
                 index_ready.add_metric([name, kind], 1 if ready else 0)
+            for queue_limits in limits:
+                labels = [name, queue_limits.queue]
+                if queue_limits.concurrency is not None:
+                    limit_concurrency.add_metric(labels, queue_limits.concurrency)
+                if queue_limits.rate is not None:
+                    rate = queue_limits.rate
+                    limit_rate.add_metric(labels, rate.limit * 1000 / rate.per_ms)
+                active_claims.add_metric(labels, queue_limits.active)
+                until = queue_limits.throttled_until
+                throttled.add_metric(labels, 1 if until is not None and until > now else 0)
         yield from (up, jobs, finished, oldest, workers, outbox, overdue, index_ready)
+        yield from (limit_concurrency, limit_rate, active_claims, throttled)
 
 
 def exposition() -> bytes:

@@ -29,6 +29,9 @@ MAX_RATE_PERIOD_MS = 100 * 365 * 86_400_000
 #: Active-set members one adopt call handles (set_queue_limits pages the active set).
 ADOPT_PAGE = 500
 
+#: Fields one HSCAN call of limited_queues asks for.
+LIMITED_PAGE = 500
+
 
 def _whole(value: Any, what: str, low: int, high: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
@@ -156,6 +159,18 @@ class QueueLimitOperations:
                 self._run("limits_adopt", queue, *ids)
             if not cursor:
                 return
+
+    def limited_queues(self) -> list[str]:
+        """Names of the queues that have limits, sorted (the limits hash, read in pages)."""
+        names: set[str] = set()
+        cursor = 0
+        while True:
+            cursor, page = self._command(
+                "limited_queues", "hscan", self.keys.limits, cursor, count=LIMITED_PAGE
+            )
+            names.update(queue for queue, settings in page.items() if settings)
+            if not cursor:
+                return sorted(names)
 
     def queue_limits(self, queue: str) -> QueueLimits:
         """``queue``'s limits and live usage (all zeros / None when it has none)."""

@@ -7,8 +7,10 @@ a closed port (the shared servers are never touched).
 
 from __future__ import annotations
 
+import contextlib
 import re
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -17,7 +19,16 @@ from django.test import Client
 from prometheus_client.parser import text_string_to_metric_families
 
 from mqadmin import services
-from store import Claimed, Complete, EnqueueRequest, Fail, Retry, ScheduleRecord, connect
+from store import (
+    Claimed,
+    Complete,
+    EnqueueRequest,
+    Fail,
+    Rate,
+    Retry,
+    ScheduleRecord,
+    connect,
+)
 from store.insights import OLDEST_PER_LEVEL
 from tests.mqadmin.test_dashboard_bounded import command_counts, private_redis  # noqa: F401
 from tests.mqadmin.test_views_common import *  # noqa: F403  (the fixtures in its __all__)
@@ -137,6 +148,49 @@ def test_every_family_matches_the_store(stores: Stores, viewer: Client, redis_cl
         labels(store=s, kind=k): 1 for s in ("main", "side") for k in ("name", "queue")
     }
     assert samples["mq_store_up"] == {labels(store="main"): 1, labels(store="side"): 1}
+
+
+def test_queue_limit_families_cover_limited_queues_only(
+    stores: Stores, viewer: Client, settings: Any
+) -> None:
+    main, side = stores.main, stores.side
+    main.set_queue_limits("emails", concurrency=3, rate=Rate(1, 3_600_000))
+    main.set_queue_limits("reports", rate=Rate(20, 250))
+    side.set_queue_limits("parts", concurrency=2)
+    side.clear_queue_limits("parts")
+    for queue in ("emails", "emails", "billing"):
+        main.enqueue(EnqueueRequest(name="SendEmail", queue=queue))
+    claimed = main.claim("emails", names=["SendEmail"], token="t", lock_duration_ms=60_000)
+    assert isinstance(claimed, Claimed)
+    main.claim("billing", names=["SendEmail"], token="t2", lock_duration_ms=60_000)
+
+    samples = scrape(viewer)
+    emails, reports = labels(store="main", queue="emails"), labels(store="main", queue="reports")
+    assert samples["mq_queue_limit_concurrency"] == {emails: 3}
+    assert samples["mq_queue_limit_rate_per_second"] == {emails: 1 / 3600, reports: 80}
+    assert samples["mq_queue_active_claims"] == {emails: 1, reports: 0}
+    assert samples["mq_queue_throttled"] == {emails: 1, reports: 0}
+
+    main.clear_queue_limits("emails")
+    settings.MQ_STORES = {"main": settings.MQ_STORES["main"]}
+    services.reset()
+    with override_limited_per_store(0):
+        assert "mq_queue_throttled" not in scrape(viewer)
+    samples = scrape(viewer)
+    assert samples["mq_queue_active_claims"] == {reports: 0}
+    assert emails not in samples["mq_queue_limit_rate_per_second"]
+
+
+@contextlib.contextmanager
+def override_limited_per_store(value: int) -> Iterator[None]:
+    from mqadmin import prometheus
+
+    before = prometheus.LIMITED_PER_STORE
+    prometheus.LIMITED_PER_STORE = value
+    try:
+        yield
+    finally:
+        prometheus.LIMITED_PER_STORE = before
 
 
 def test_an_unreachable_store_reports_down_and_the_others_still_scrape(

@@ -474,3 +474,35 @@ def test_claimers_held_back_by_the_rate_are_told_successive_slots(
         claim_job(store, queue=Q, token=f"w{n}")
     # After a claim the count starts over.
     assert claim_empty(store, queue=Q, token="late").throttled_until == 400
+
+
+# ---------------------------------------------------------------------- limited_queues
+
+
+def test_limited_queues_lists_limited_queues_sorted(store: RedisJobStore) -> None:
+    assert store.limited_queues() == []
+    store.set_queue_limits("b", concurrency=2)
+    store.set_queue_limits("a", rate=Rate(5, 1000))
+    store.set_queue_limits("c", concurrency=1)
+    store.clear_queue_limits("c")
+    assert store.limited_queues() == ["a", "b"]
+
+
+def test_limited_queues_pages_the_limits_hash(store: RedisJobStore, redis_client: Any) -> None:
+    names = [f"q{i:04d}" for i in range(1200)]
+    for name in names:
+        store.set_queue_limits(name, concurrency=1)
+    calls: list[Any] = []
+    real = redis_client.hscan
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        calls.append(kwargs.get("count"))
+        return real(*args, **kwargs)
+
+    redis_client.hscan = spy
+    try:
+        assert store.limited_queues() == names
+    finally:
+        del redis_client.hscan
+    assert len(calls) >= 2
+    assert all(count is not None and count <= 500 for count in calls)
