@@ -75,7 +75,10 @@ def test_set_show_replace_and_clear(one: RedisJobStore) -> None:
     assert "3" in lines[1].split()  # waiting
     assert "mails" in run("mails") and "other" not in run("mails")
 
-    run("mails", "--concurrency", "none", "--rate", "5/s")  # replaces: no concurrency now
+    run("mails", "--rate", "5/s")  # changes the rate, keeps the concurrency
+    assert one.queue_limits("mails").concurrency == 4
+    assert one.queue_limits("mails").rate == Rate(5, 1000)
+    run("mails", "--concurrency", "none")  # removes that kind only
     assert one.queue_limits("mails").concurrency is None
     assert one.queue_limits("mails").rate == Rate(5, 1000)
 

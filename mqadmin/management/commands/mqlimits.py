@@ -2,9 +2,9 @@
 
 Shows or changes queue limits (docs/flow-control.md).  Without QUEUE: every
 limited queue of the store(s) with its settings and live usage; with QUEUE
-alone: that queue.  ``--concurrency`` / ``--rate`` replace the queue's limits the
-way ``set_queue_limits`` does (an option left out, or given as ``none``, means
-no limit of that kind); ``--clear`` removes them all.  Input is checked before
+alone: that queue.  ``--concurrency`` / ``--rate`` change those kinds of limit and
+keep the others as they are (``none`` removes that kind); ``--clear`` removes them
+all.  Input is checked before
 anything is written.
 """
 
@@ -115,7 +115,15 @@ class Command(BaseCommand):
                 if options["clear"]:
                     job_store.clear_queue_limits(queue)
                 else:
-                    job_store.set_queue_limits(queue, **limits)
+                    # An operator edits one kind at a time: the kinds not given stay.
+                    current = job_store.queue_limits(queue)
+                    kept = {
+                        "concurrency": current.concurrency,
+                        "rate": current.rate,
+                        "group_concurrency": current.group_concurrency,
+                        "group_rate": current.group_rate,
+                    }
+                    job_store.set_queue_limits(queue, **{**kept, **limits})
             names = [options["store"]] if options["store"] else list(services.configured_stores())
             rows = []
             for name in names:
