@@ -22,13 +22,18 @@ Adding a verb means: a run function calling the store, one :class:`Verb` entry, 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from django import forms
+from django.core.exceptions import ValidationError
 from django.urls import reverse
 
+from store import Rate
 from store.errors import (
+    InvalidRequestError,
     JobNotCancellableError,
     JobNotFoundError,
     JobNotPromotableError,
@@ -61,6 +66,7 @@ BULK_ACTION = Grant("bulk_action", "Can run bulk actions")
 VIEW_PAYLOAD = Grant("view_payload", "Can see job payloads, exits and metadata values")
 TRIGGER_SCHEDULE = Grant("trigger_schedule", "Can trigger a schedule now")
 REMOVE_SCHEDULE = Grant("remove_schedule", "Can remove schedules")
+CHANGE_LIMITS = Grant("change_limits", "Can change queue limits")
 
 #: Every permission of the dashboard, in the order of the migration: append new ones
 #: (reordering them makes Django write a migration that only reorders).
@@ -74,6 +80,7 @@ GRANTS: tuple[Grant, ...] = (
     VIEW_PAYLOAD,
     TRIGGER_SCHEDULE,
     REMOVE_SCHEDULE,
+    CHANGE_LIMITS,
 )
 
 #: The permission name a bulk run needs besides its verb's own.
@@ -313,6 +320,98 @@ def _resume(job_store: Any, store_name: str, queue: str, values: Mapping[str, An
     return ActionResult(True, f"Resumed queue “{queue}” of {store_name}.")
 
 
+#: A rate's period unit -> its milliseconds (``format_rate`` picks the largest that fits).
+RATE_UNITS: dict[str, int] = {"h": 3_600_000, "min": 60_000, "s": 1_000, "ms": 1}
+_RATE_TEXT = re.compile(r"\s*(\d{1,10})\s*/\s*(\d{0,10})\s*(ms|s|min|h)\s*", re.ASCII)
+RATE_HELP = "N/PERIOD: 100/s, 10/min, 5/h, 20/250ms"
+
+
+def parse_rate(text: str) -> Rate:
+    """A rate from its text ("100/s", "10/min", "5/h", "20/250ms"); ValueError when malformed."""
+    match = _RATE_TEXT.fullmatch(text)
+    if match is None:
+        raise ValueError(f"a rate looks like {RATE_HELP}")
+    limit, count, unit = match.groups()
+    try:
+        return Rate(int(limit), int(count or 1) * RATE_UNITS[unit])
+    except InvalidRequestError as exc:
+        raise ValueError(str(exc)) from None
+
+
+def format_rate(rate: Rate) -> str:
+    """A rate's text per the largest unit its period is a whole number of (``parse_rate``'s inverse)."""
+    for unit, ms in RATE_UNITS.items():
+        if rate.per_ms % ms == 0:
+            count = rate.per_ms // ms
+            return f"{rate.limit}/{'' if count == 1 else count}{unit}"
+    raise AssertionError("every period is a whole number of ms")  # pragma: no cover
+
+
+class RateField(forms.CharField):
+    """A queue's rate limit as text ("100/s"); cleaned to that text ("" when left blank)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("required", False)
+        kwargs.setdefault("max_length", 40)
+        kwargs.setdefault("help_text", RATE_HELP)
+        super().__init__(**kwargs)
+
+    def clean(self, value: Any) -> str:
+        text = str(super().clean(value) or "")
+        if not text:
+            return ""
+        try:
+            return format_rate(parse_rate(text))
+        except ValueError as exc:
+            raise ValidationError(
+                "Rate “%(text)s”: %(detail)s.", params={"text": text[:40], "detail": exc}
+            ) from None
+
+
+def _concurrency_field() -> forms.IntegerField:
+    return forms.IntegerField(required=False, min_value=1, max_value=1_000_000_000)
+
+
+def _set_limits(
+    job_store: Any, store_name: str, queue: str, values: Mapping[str, Any]
+) -> ActionResult:
+    concurrency = values.get("concurrency")
+    rate_text = values.get("rate") or ""
+    if concurrency is None and not rate_text:
+        return ActionResult(
+            False,
+            f"Cannot set limits of queue “{queue}”: give a concurrency, a rate or both "
+            "(“Clear limits” removes them).",
+        )
+    try:
+        job_store.set_queue_limits(
+            queue,
+            concurrency=concurrency,
+            rate=parse_rate(rate_text) if rate_text else None,
+        )
+    except (InvalidRequestError, ValueError) as exc:
+        return ActionResult(False, f"Cannot set limits of queue “{queue}”: {exc}")
+    said = " and ".join(
+        part
+        for part in (
+            f"at most {concurrency} running" if concurrency is not None else "",
+            f"rate {rate_text}" if rate_text else "",
+        )
+        if part
+    )
+    return ActionResult(True, f"Limited queue “{queue}” of {store_name}: {said}.")
+
+
+def _clear_limits(
+    job_store: Any, store_name: str, queue: str, values: Mapping[str, Any]
+) -> ActionResult:
+    try:
+        job_store.clear_queue_limits(queue)
+    except InvalidRequestError as exc:
+        return ActionResult(False, f"Cannot clear limits of queue “{queue}”: {exc}")
+    return ActionResult(True, f"Cleared the limits of queue “{queue}” of {store_name}.")
+
+
 # ---------------------------------------------------------------------- schedule verbs
 
 
@@ -431,6 +530,26 @@ VERBS: tuple[Verb, ...] = (
         _resume,
         doing="resume queues",
         states=frozenset({"paused"}),
+    ),
+    Verb(
+        QUEUE,
+        "limits",
+        "Set limits",
+        CHANGE_LIMITS,
+        _set_limits,
+        doing="change queue limits",
+        style="secondary",
+        fields={"concurrency": _concurrency_field, "rate": RateField},
+    ),
+    Verb(
+        QUEUE,
+        "clear_limits",
+        "Clear limits",
+        CHANGE_LIMITS,
+        _clear_limits,
+        doing="change queue limits",
+        style="secondary",
+        confirm=lambda target, store, **facts: f"Clear every limit of queue “{target}” of {store}?",
     ),
     Verb(
         SCHEDULE,

@@ -10,12 +10,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from mqadmin import services
+from mqadmin import actions, services
 from mqadmin.charts import ThroughputChart, throughput_chart
 from mqadmin.queries.common import LIVE_WORKER_MS, STATES
 
 #: Queues per store whose oldest waiting job the overview looks up.
 OLDEST_WAITING_QUEUES = 50
+
+#: Queues per store whose limits the overview reads (one pipelined read each).
+LIMITS_QUEUES = 100
 
 #: Minutes of throughput the overview draws.
 THROUGHPUT_MINUTES = 180
@@ -31,6 +34,8 @@ class QueueRow:
     oldest_complete: bool = True
     #: Live workers (announced within LIVE_WORKER_MS) that consume this queue.
     workers: int = 0
+    #: The queue's limits and their usage in words ("" when it has none or was not read).
+    limits: str = ""
 
     @property
     def count_cells(self) -> list[tuple[str, int]]:
@@ -63,6 +68,24 @@ def eviction_warning(job_store: Any) -> str:
     """The eviction guard's message for a store's Redis, as read when the store started."""
     status = getattr(job_store, "eviction", None)
     return str(status.message) if status is not None else ""
+
+
+def limits_line(limits: Any, now_ms: int) -> str:
+    """ "3 of 3 running · rate 100/s · 47 waiting · throttled for 12 ms" ("" when unlimited)."""
+    if limits.concurrency is None and limits.rate is None:
+        return ""
+    parts = []
+    if limits.concurrency is not None:
+        parts.append(f"{limits.active} of {limits.concurrency} running")
+    if limits.rate is not None:
+        parts.append(f"rate {actions.format_rate(limits.rate)}")
+    parts.append(f"{limits.waiting} waiting")
+    if limits.throttled_until is not None and limits.throttled_until > now_ms:
+        wait = limits.throttled_until - now_ms
+        parts.append(
+            f"throttled for {wait} ms" if wait < 10_000 else f"throttled for {wait // 1000} s"
+        )
+    return " · ".join(parts)
 
 
 def overview(with_chart: bool = True) -> list[StoreBoard]:
@@ -99,6 +122,10 @@ def overview(with_chart: bool = True) -> list[StoreBoard]:
             oldest = job_store.oldest_runnable(row.name)
             row.oldest_waiting = oldest.record
             row.oldest_complete = oldest.complete
+        if rows:
+            now_ms = job_store.now()
+            for row in rows[:LIMITS_QUEUES]:
+                row.limits = limits_line(job_store.queue_limits(row.name), now_ms)
         return StoreBoard(
             overview=services.StoreOverview(
                 name=store.name,

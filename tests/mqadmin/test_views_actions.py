@@ -253,3 +253,43 @@ def test_pause_and_resume_a_schedule_and_see_its_last_runs(stores: Stores, login
     )
     assert denied.status_code == 403
     assert main.paused_schedules() == set()
+
+
+def test_set_and_clear_queue_limits(stores: Stores, login: Any) -> None:
+    client = login("change_limits")
+
+    done = client.post(
+        "/actions/queue/limits/",
+        {"store": "main", "queue": "emails", "concurrency": "3", "rate": "20/250ms"},
+    )
+    limits = stores.main.queue_limits("emails")
+    cleared = client.post("/actions/queue/clear_limits/", {"store": "main", "queue": "emails"})
+
+    assert done.status_code == 302
+    assert (limits.concurrency, limits.rate.limit, limits.rate.per_ms) == (3, 20, 250)  # type: ignore[union-attr]
+    assert cleared.status_code == 302
+    assert not stores.main.queue_limits("emails").limited
+    assert [e.action for e in AuditEntry.objects.order_by("id")] == ["limits", "clear_limits"]
+
+
+def test_a_bad_rate_is_a_form_error(stores: Stores, login: Any) -> None:
+    client = login("change_limits")
+
+    response = client.post(
+        "/actions/queue/limits/", {"store": "main", "queue": "emails", "rate": "fast"}
+    )
+
+    assert response.status_code == 400
+    assert "Rate “fast”" in text_of(response)
+    assert not stores.main.queue_limits("emails").limited
+
+
+def test_limits_without_any_value_are_refused(stores: Stores, login: Any) -> None:
+    client = login("change_limits")
+
+    response = client.post(
+        "/actions/queue/limits/", {"store": "main", "queue": "emails"}, follow=True
+    )
+
+    assert "give a concurrency, a rate or both" in text_of(response)
+    assert not AuditEntry.objects.get().ok

@@ -56,6 +56,7 @@ ACTION_PERMISSIONS = (
     "view_payload",
     "trigger_schedule",
     "remove_schedule",
+    "change_limits",
 )
 
 
@@ -294,6 +295,16 @@ def actions(seeded: Seeded) -> dict[str, tuple[str, dict[str, Any], str]]:
         ),
         "pause": ("/actions/queue/pause/", {"store": "main", "queue": "emails"}, "pause_queue"),
         "resume": ("/actions/queue/resume/", {"store": "main", "queue": "emails"}, "pause_queue"),
+        "limits": (
+            "/actions/queue/limits/",
+            {"store": "main", "queue": "emails", "concurrency": "3", "rate": "100/s"},
+            "change_limits",
+        ),
+        "clear_limits": (
+            "/actions/queue/clear_limits/",
+            {"store": "main", "queue": "emails"},
+            "change_limits",
+        ),
         "trigger": (
             "/actions/schedule/trigger/",
             {"store": "main", "key": seeded.schedule},
@@ -335,6 +346,8 @@ ACTIONS = (
     "remove",
     "pause",
     "resume",
+    "limits",
+    "clear_limits",
     "trigger",
     "unschedule",
     "pause_schedule",

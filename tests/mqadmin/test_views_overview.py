@@ -173,3 +173,39 @@ def test_oldest_runnable_sees_past_higher_priorities(stores: Stores, admin_clien
     row = html.split("Queues of", 1)[1].split("queue=emails", 1)[1].split("</tr>", 1)[0]
     assert f'href="/stores/main/jobs/{starved}" data-oldest-run-at="1700000000000"' in row
     assert "runnable since" in row and "2023-11-14 22:13:20 UTC" in row
+
+
+def test_a_limited_queue_shows_its_limits_line(stores: Stores, admin_client_: Client) -> None:
+    from store import Rate
+
+    for _ in range(2):
+        stores.main.enqueue(EnqueueRequest(name="SendEmail", queue="emails"))
+    stores.main.enqueue(EnqueueRequest(name="SendEmail", queue="plain"))
+    stores.main.set_queue_limits("emails", concurrency=3, rate=Rate(100, 1000))
+
+    html = text_of(admin_client_.get("/"))
+
+    assert html.count("data-queue-limits") == 1
+    assert "0 of 3 running · rate 100/s · 2 waiting" in html
+    assert 'action="/actions/queue/limits/"' in html
+    assert 'action="/actions/queue/clear_limits/"' in html
+
+
+def test_the_limits_line_escapes_the_queue_row(stores: Stores, admin_client_: Client) -> None:
+    from tests.mqadmin.test_views_common import MARKUP
+
+    stores.main.enqueue(EnqueueRequest(name="SendEmail", queue=MARKUP))
+    stores.main.set_queue_limits(MARKUP, concurrency=1)
+
+    html = text_of(admin_client_.get("/"))
+
+    assert MARKUP not in html
+    assert "0 of 1 running · 1 waiting" in html
+
+
+def test_limits_buttons_need_the_permission(stores: Stores, login: Any) -> None:
+    stores.main.enqueue(EnqueueRequest(name="SendEmail", queue="emails"))
+
+    html = text_of(login("pause_queue").get("/"))
+
+    assert "/actions/queue/limits/" not in html
