@@ -17,7 +17,7 @@ from mqadmin.queries.common import LIVE_WORKER_MS, STATES
 #: Queues per store whose oldest waiting job the overview looks up.
 OLDEST_WAITING_QUEUES = 50
 
-#: Queues per store whose limits the overview reads (one pipelined read each).
+#: Limited queues per store whose limits and usage the overview reads (one pipelined read each).
 LIMITS_QUEUES = 100
 
 #: Minutes of throughput the overview draws.
@@ -122,9 +122,12 @@ def overview(with_chart: bool = True) -> list[StoreBoard]:
             oldest = job_store.oldest_runnable(row.name)
             row.oldest_waiting = oldest.record
             row.oldest_complete = oldest.complete
-        if rows:
+        # Only the limited queues (one paged read of the limits) cost a read of their own.
+        limited = set(job_store.limited_queues()) if rows else set()
+        limited_rows = [row for row in rows if row.name in limited]
+        if limited_rows:
             now_ms = job_store.now()
-            for row in rows[:LIMITS_QUEUES]:
+            for row in limited_rows[:LIMITS_QUEUES]:
                 row.limits = limits_line(job_store.queue_limits(row.name), now_ms)
         return StoreBoard(
             overview=services.StoreOverview(
