@@ -22,7 +22,6 @@ Adding a verb means: a run function calling the store, one :class:`Verb` entry, 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -31,7 +30,6 @@ from django import forms
 from django.core.exceptions import ValidationError
 from django.urls import reverse
 
-from store import Rate
 from store.errors import (
     InvalidRequestError,
     JobNotCancellableError,
@@ -39,6 +37,7 @@ from store.errors import (
     JobNotPromotableError,
     JobNotRetryableError,
 )
+from store.flow_control import RATE_HELP, format_rate, parse_rate
 from store.records import ALL_STATES, TERMINAL_STATES
 
 if TYPE_CHECKING:
@@ -318,33 +317,6 @@ def _pause(job_store: Any, store_name: str, queue: str, values: Mapping[str, Any
 def _resume(job_store: Any, store_name: str, queue: str, values: Mapping[str, Any]) -> ActionResult:
     job_store.resume(queue)
     return ActionResult(True, f"Resumed queue “{queue}” of {store_name}.")
-
-
-#: A rate's period unit -> its milliseconds (``format_rate`` picks the largest that fits).
-RATE_UNITS: dict[str, int] = {"h": 3_600_000, "min": 60_000, "s": 1_000, "ms": 1}
-_RATE_TEXT = re.compile(r"\s*(\d{1,10})\s*/\s*(\d{0,10})\s*(ms|s|min|h)\s*", re.ASCII)
-RATE_HELP = "N/PERIOD: 100/s, 10/min, 5/h, 20/250ms"
-
-
-def parse_rate(text: str) -> Rate:
-    """A rate from its text ("100/s", "10/min", "5/h", "20/250ms"); ValueError when malformed."""
-    match = _RATE_TEXT.fullmatch(text)
-    if match is None:
-        raise ValueError(f"a rate looks like {RATE_HELP}")
-    limit, count, unit = match.groups()
-    try:
-        return Rate(int(limit), int(count or 1) * RATE_UNITS[unit])
-    except InvalidRequestError as exc:
-        raise ValueError(str(exc)) from None
-
-
-def format_rate(rate: Rate) -> str:
-    """A rate's text per the largest unit its period is a whole number of (``parse_rate``'s inverse)."""
-    for unit, ms in RATE_UNITS.items():
-        if rate.per_ms % ms == 0:
-            count = rate.per_ms // ms
-            return f"{rate.limit}/{'' if count == 1 else count}{unit}"
-    raise AssertionError("every period is a whole number of ms")  # pragma: no cover
 
 
 class RateField(forms.CharField):

@@ -11,6 +11,7 @@ has the design, its guarantees and its costs.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -111,6 +112,35 @@ def check_queue(queue: Any) -> str:
     if not isinstance(queue, str) or not queue:
         raise InvalidRequestError(f"a queue name must be a non-empty string, got {queue!r}")
     return queue
+
+
+#: A rate's period unit -> its milliseconds (``format_rate`` picks the largest that fits).
+RATE_UNITS: dict[str, int] = {"h": 3_600_000, "min": 60_000, "s": 1_000, "ms": 1}
+_RATE_TEXT = re.compile(r"\s*(\d{1,10})\s*/\s*(\d{0,10})\s*(ms|s|min|h)\s*", re.ASCII)
+#: What a rate's text looks like (the dashboard's and ``mqlimits``' help).
+RATE_HELP = "N/PERIOD: 100/s, 10/min, 5/h, 20/250ms"
+
+
+def parse_rate(text: str) -> Rate:
+    """A rate from its text ("100/s", "10/min", "5/h", "20/250ms", "3/2s").
+
+    Raises:
+        InvalidRequestError: (a ValueError) the text is malformed or the rate invalid.
+    """
+    match = _RATE_TEXT.fullmatch(text)
+    if match is None:
+        raise InvalidRequestError(f"a rate looks like {RATE_HELP}")
+    limit, count, unit = match.groups()
+    return Rate(int(limit), int(count or 1) * RATE_UNITS[unit])
+
+
+def format_rate(rate: Rate) -> str:
+    """A rate's text per the largest unit its period is a whole number of (``parse_rate``'s inverse)."""
+    for unit, ms in RATE_UNITS.items():
+        if rate.per_ms % ms == 0:
+            count = rate.per_ms // ms
+            return f"{rate.limit}/{'' if count == 1 else count}{unit}"
+    raise AssertionError("every period is a whole number of ms")  # pragma: no cover
 
 
 class QueueLimitOperations:

@@ -19,6 +19,7 @@ from store import (
     RedisJobStore,
     Retry,
 )
+from store.flow_control import format_rate, parse_rate
 from store.keys import StoreKeys
 from tests.store.helpers import WAKE_TIMEOUT_MS, claim, claim_empty, claim_job, req
 
@@ -506,3 +507,28 @@ def test_limited_queues_pages_the_limits_hash(store: RedisJobStore, redis_client
         del redis_client.hscan
     assert len(calls) >= 2
     assert all(count is not None and count <= 500 for count in calls)
+
+
+@pytest.mark.parametrize(
+    ("text", "rate", "shown"),
+    [
+        ("100/s", Rate(100, 1_000), "100/s"),
+        (" 10 / min ", Rate(10, 60_000), "10/min"),
+        ("5/h", Rate(5, 3_600_000), "5/h"),
+        ("20/250ms", Rate(20, 250), "20/250ms"),
+        ("3/2s", Rate(3, 2_000), "3/2s"),
+        ("7/1000ms", Rate(7, 1_000), "7/s"),
+    ],
+)
+def test_a_rate_reads_from_and_prints_as_text(text: str, rate: Rate, shown: str) -> None:
+    assert parse_rate(text) == rate
+    assert format_rate(rate) == shown
+    assert parse_rate(format_rate(rate)) == rate
+
+
+@pytest.mark.parametrize(
+    "text", ["", "fast", "100", "100/", "100/day", "0/s", "5/0s", "-1/s", "1/s/2"]
+)
+def test_a_malformed_rate_text_is_refused(text: str) -> None:
+    with pytest.raises(InvalidRequestError):
+        parse_rate(text)

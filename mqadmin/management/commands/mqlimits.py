@@ -17,31 +17,20 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from mqadmin import runtime, services
+from store.errors import InvalidRequestError, StoreFailure
+from store.flow_control import format_rate, parse_rate
 
-#: Period units of --rate, in milliseconds.
-UNITS = {"ms": 1, "s": 1000, "min": 60_000, "h": 3_600_000}
-RATE_FORM = re.compile(r"^\s*(\d+)\s*/\s*(\d*)\s*(ms|s|min|h)\s*$")
 NONE = "none"
 
 
-def parse_rate(text: str) -> Any:
+def rate_option(text: str) -> Any:
     """``N/PERIOD`` -> store.Rate (None for "none"); CommandError when malformed."""
-    from store import InvalidRequestError, Rate
-
     if text.strip().lower() == NONE:
         return None
-    match = RATE_FORM.match(text)
-    if match is None:
-        raise CommandError(
-            f"--rate {text!r}: expected N/PERIOD, e.g. 100/s, 10/min, 5/h, 20/250ms (or 'none')"
-        )
-    count, multiple, unit = match.groups()
-    if multiple and int(multiple) == 0:
-        raise CommandError(f"--rate {text!r}: the period must be longer than 0")
     try:
-        return Rate(int(count), int(multiple or 1) * UNITS[unit])
+        return parse_rate(text)
     except InvalidRequestError as exc:
-        raise CommandError(f"--rate {text!r}: {exc}") from exc
+        raise CommandError(f"--rate {text!r}: {exc} (or 'none')") from exc
 
 
 def parse_count(text: str, option: str) -> int | None:
@@ -53,13 +42,8 @@ def parse_count(text: str, option: str) -> int | None:
     return int(text)
 
 
-def format_rate(rate: Any) -> str:
-    if rate is None:
-        return "-"
-    for unit, ms in sorted(UNITS.items(), key=lambda item: -item[1]):
-        if rate.per_ms == ms:
-            return f"{rate.limit}/{unit}"
-    return f"{rate.limit}/{rate.per_ms}ms"
+def rate_text(rate: Any) -> str:
+    return "-" if rate is None else format_rate(rate)
 
 
 def format_until(until: int | None, now: int) -> str:
@@ -93,8 +77,6 @@ class Command(BaseCommand):
         parser.add_argument("--clear", action="store_true", help="remove every limit of QUEUE")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        from store.errors import InvalidRequestError, StoreFailure
-
         queue = options["queue"]
         settings_given = any(
             options[key] is not None
@@ -146,7 +128,7 @@ class Command(BaseCommand):
                 parsed[key] = parse(options[key], option)
         for key in ("rate", "group_rate"):
             if options[key] is not None:
-                parsed[key] = parse_rate(options[key])
+                parsed[key] = rate_option(options[key])
         return parsed
 
     def _store_to_change(self, name: str | None) -> str:
@@ -170,7 +152,7 @@ class Command(BaseCommand):
                     name,
                     limits.queue,
                     f"{limits.active}/{concurrency}" if limits.limited else "not limited",
-                    format_rate(limits.rate),
+                    rate_text(limits.rate),
                     str(limits.waiting),
                     format_until(limits.throttled_until, now),
                 )
