@@ -24,7 +24,7 @@ from store.errors import (
     StoreFailure,
     ValueTooLargeError,
 )
-from store.flow_control import QueueLimits, Rate
+from store.flow_control import BusiestGroups, GroupUsage, QueueLimits, Rate, WaitReason
 from store.flow_runtime import (
     Child,
     ChildGroup,

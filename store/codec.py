@@ -305,17 +305,29 @@ def encode_request(
         dumps(req.trace.to_json(), "trace") if req.trace is not None else "",
         dumps(req.parent.to_json(), "parent") if req.parent is not None else "",
         delay,
+        "" if req.group is None else check_group(req.group),
     ]
 
 
-#: The 9 option fields of an encoded request (metadata .. delay) all at their defaults.
-_DEFAULT_OPTIONS = ["{}", "0", "1", "", "", "", "", "", "0"]
+#: The 10 option fields of an encoded request (metadata .. group) all at their defaults.
+_DEFAULT_OPTIONS = ["{}", "0", "1", "", "", "", "", "", "0", ""]
+
+#: The longest job group name (bytes of UTF-8); up to 63 keeps the job hash compact.
+MAX_GROUP_BYTES = 255
+
+
+def check_group(group: Any) -> str:
+    """A job group name, refused when empty, not a string, with NUL or too long."""
+    _name(group, "job group")
+    if len(group) > MAX_GROUP_BYTES // 4 and len(group.encode("utf-8")) > MAX_GROUP_BYTES:
+        raise InvalidRequestError(f"job group must be at most {MAX_GROUP_BYTES} bytes (UTF-8)")
+    return str(group)
 
 
 def wire_request(fields: list[str]) -> list[str]:
     """The 6 ARGV strings of an encoded request (``read_request`` in lua/lib/rows.lua).
 
-    mode, id, name, queue, payload, then the 9 option fields as one string:
+    mode, id, name, queue, payload, then the 10 option fields as one string:
     '' when all are at their defaults, else joined by NUL (which none of them
     can contain: JSON escapes it and numbers have none).
     """
@@ -455,6 +467,7 @@ def _record(job_id: str, h: Mapping[str, str]) -> JobRecord:
         finished_at=_int_or_none(h.get("fa")),
         exit=decode_exit(h.get("exit")),
         failed_reason=h.get("failed_reason") or None,
+        group=h.get("group") or None,
     )
 
 
@@ -512,6 +525,7 @@ def _tolerant_record(job_id: str, h: Mapping[str, str]) -> JobRecord:
         finished_at=tolerant(int, h.get("fa"), None),
         exit=tolerant(decode_exit, h.get("exit"), MISSING),
         failed_reason=h.get("failed_reason") or None,
+        group=h.get("group") or None,
     )
 
 

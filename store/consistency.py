@@ -105,6 +105,9 @@ _SET_PREFIXES = (
     "byname:",
     "byqueue:",
     "limits:active:",
+    "groups:waiting:",
+    "groups:wait:",
+    "groups:active:",
 )
 
 
@@ -492,6 +495,12 @@ def _parse_set(rest: str) -> tuple[str, str, str] | None:
         return (kind, tail, "")
     if kind == "limits" and tail.startswith("active:"):
         return ("limitactive", tail[len("active:") :], "")
+    if kind == "groups":
+        sub, _, rest = tail.partition(":")
+        queue, sep, other = rest.partition(NUL)
+        kinds = {"waiting": "groupwaiting", "wait": "groupwait", "active": "groupactive"}
+        if sep and sub in kinds:
+            return (kinds[sub], queue, other)
     return None
 
 
@@ -514,6 +523,12 @@ def _set_key(keys: Any, kind: str, a: str, b: str) -> str:
         return str(keys.byname(a))
     if kind == "limitactive":
         return str(keys.limit_active(a))
+    if kind == "groupwaiting":
+        return str(keys.group_waiting(a, b))
+    if kind == "groupwait":
+        return str(keys.group_wait(a, b))
+    if kind == "groupactive":
+        return str(keys.group_active(a, b))
     return str(keys.byqueue(a))
 
 

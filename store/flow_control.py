@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from store.codec import check_group
 from store.errors import InvalidRequestError, redis_errors
 
 if TYPE_CHECKING:
@@ -75,36 +76,47 @@ class QueueLimits:
 
     @property
     def limited(self) -> bool:
-        return self.concurrency is not None or self.rate is not None
+        """Whether the queue has any limit (of the queue or of its groups)."""
+        return any(
+            v is not None
+            for v in (self.concurrency, self.rate, self.group_concurrency, self.group_rate)
+        )
 
 
 def encode_limits(concurrency: Any, rate: Any, group_concurrency: Any, group_rate: Any) -> str:
     """The settings string of lib/limits.lua ('' = no limits), refusing invalid ones."""
-    if group_concurrency is not None or group_rate is not None:
-        raise InvalidRequestError(
-            "group limits need job groups (EnqueueRequest.group), which this store does not "
-            "support yet: set group_concurrency and group_rate to None"
-        )
-    parts = ["", "", ""]
+    parts = ["", "", "", "", "", ""]
     if concurrency is not None:
         parts[0] = str(_whole(concurrency, "concurrency", 1, MAX_CONCURRENCY))
     if rate is not None:
         if not isinstance(rate, Rate):
             raise InvalidRequestError(f"rate must be a store.Rate, got {rate!r}")
         parts[1], parts[2] = str(rate.limit), str(rate.per_ms)
-    if parts == ["", "", ""]:
+    if group_concurrency is not None:
+        parts[3] = str(_whole(group_concurrency, "group_concurrency", 1, MAX_CONCURRENCY))
+    if group_rate is not None:
+        if not isinstance(group_rate, Rate):
+            raise InvalidRequestError(f"group_rate must be a store.Rate, got {group_rate!r}")
+        parts[4], parts[5] = str(group_rate.limit), str(group_rate.per_ms)
+    if not any(parts):
         return ""
+    if not any(parts[3:]):
+        return ":".join(parts[:3])
     return ":".join(parts)
 
 
-def decode_limits(settings: str | None) -> tuple[int | None, Rate | None]:
-    """(concurrency, rate) of a settings string (None: no limits)."""
+def decode_limits(
+    settings: str | None,
+) -> tuple[int | None, Rate | None, int | None, Rate | None]:
+    """(concurrency, rate, group_concurrency, group_rate) of a settings string."""
     if not settings:
-        return None, None
-    concurrency, limit, per_ms = (settings.split(":") + ["", "", ""])[:3]
+        return None, None, None, None
+    f = (settings.split(":") + [""] * 6)[:6]
     return (
-        int(concurrency) if concurrency else None,
-        Rate(int(limit), int(per_ms)) if limit and per_ms else None,
+        int(f[0]) if f[0] else None,
+        Rate(int(f[1]), int(f[2])) if f[1] and f[2] else None,
+        int(f[3]) if f[3] else None,
+        Rate(int(f[4]), int(f[5])) if f[4] and f[5] else None,
     )
 
 
@@ -198,7 +210,10 @@ class QueueLimitOperations:
             cursor, page = self._command(
                 "limited_queues", "hscan", self.keys.limits, cursor, count=LIMITED_PAGE
             )
-            names.update(queue for queue, settings in page.items() if settings)
+            # Fields NUL + queue mark queues with job groups, not limits.
+            names.update(
+                queue for queue, settings in page.items() if settings and queue[:1] != "\0"
+            )
             if not cursor:
                 return sorted(names)
 
@@ -217,7 +232,7 @@ class QueueLimitOperations:
             pipe.hget(self.keys.limits_rate, queue)
             pipe.hget(self.keys.counts, f"{queue}|waiting")
             settings, active, first, last, waiting = pipe.execute()
-        concurrency, rate = decode_limits(settings)
+        concurrency, rate, group_concurrency, group_rate = decode_limits(settings)
         until: int | None = None
         if concurrency is not None and int(active) >= concurrency and first:
             until = int(first[0][1])
@@ -230,7 +245,127 @@ class QueueLimitOperations:
             queue=queue,
             concurrency=concurrency,
             rate=rate,
+            group_concurrency=group_concurrency,
+            group_rate=group_rate,
             active=int(active) if settings else 0,
             waiting=int(waiting or 0),
             throttled_until=until,
         )
+
+    # -------------------------------------------------------- job groups
+
+    def group_usage(self, queue: str, group: str) -> GroupUsage:
+        """One group of ``queue``: its waiting jobs, its claims, and whether it is held back."""
+        check_queue(queue)
+        check_group(group)
+        return self._group_usages(queue, [group], self.now())[0]
+
+    def busiest_groups(self, queue: str, *, limit: int = 10) -> BusiestGroups:
+        """The ``limit`` groups of ``queue`` with the most waiting jobs, their claims and
+        whether their limits hold them back; ``total``: groups with waiting jobs.  Read
+        from the queue's group-size index: O(log groups + limit) at any number of groups."""
+        check_queue(queue)
+        limit = _whole(limit, "limit", 1, LIMITED_PAGE)
+        with redis_errors("busiest_groups"):
+            pipe = self.client.pipeline(transaction=False)
+            pipe.zrevrange(self.keys.group_sizes(queue), 0, limit - 1)
+            pipe.zcard(self.keys.group_sizes(queue))
+            names, total = pipe.execute()
+        return BusiestGroups(
+            queue=queue,
+            groups=self._group_usages(queue, list(names), self.now()),
+            total=int(total),
+        )
+
+    def _group_usages(self, queue: str, groups: list[str], now: int) -> list[GroupUsage]:
+        if not groups:
+            return []
+        keys = self.keys
+        live = f"({now}"
+        with redis_errors("group_usage"):
+            pipe = self.client.pipeline(transaction=False)
+            pipe.hget(keys.limits, queue)
+            for group in groups:
+                pipe.zcard(keys.group_wait(queue, group))
+                pipe.zcount(keys.group_active(queue, group), live, "+inf")
+                pipe.zscore(keys.group_held(queue), group)
+                pipe.zscore(keys.group_rate(queue), group)
+            replies = pipe.execute()
+        _c, _r, group_concurrency, group_rate = decode_limits(replies[0])
+        out = []
+        for i, group in enumerate(groups):
+            waiting, active, held, last = replies[1 + 4 * i : 5 + 4 * i]
+            reason: str | None = None
+            until: int | None = None
+            if group_concurrency is not None and int(active) >= group_concurrency:
+                reason = "group full"
+                until = int(held) if held is not None else None
+            elif group_rate is not None and last is not None:
+                free_at = int(last) + -(-group_rate.per_ms // group_rate.limit)
+                if free_at > now:
+                    reason, until = "group rate", free_at
+            out.append(
+                GroupUsage(
+                    group=group,
+                    waiting=int(waiting),
+                    active=int(active),
+                    held_until=until if reason else None,
+                    reason=reason,
+                )
+            )
+        return out
+
+    def wait_reason(self, job: Any) -> WaitReason | None:
+        """Why a waiting job (a ``JobRecord``) is not being claimed now, when a pause or a
+        limit holds it back (None: nothing does; a worker takes it when its turn comes)."""
+        if getattr(job, "state", None) != "waiting":
+            return None
+        queue = job.queue
+        if self._command("wait_reason", "sismember", self.keys.paused, queue):
+            return WaitReason("paused", None, f"queue {queue!r} is paused")
+        limits = self.queue_limits(queue)
+        if limits.throttled_until is not None:
+            if limits.concurrency is not None and limits.active >= limits.concurrency:
+                text = f"queue full: {limits.active} of {limits.concurrency} running"
+                return WaitReason("queue full", limits.throttled_until, text)
+            return WaitReason("rate", limits.throttled_until, "queue rate limit: next claim later")
+        if job.group is not None:
+            usage = self.group_usage(queue, job.group)
+            if usage.reason == "group full":
+                text = f"group full: {usage.active} of {limits.group_concurrency} running"
+                return WaitReason("group full", usage.held_until, text)
+            if usage.reason == "group rate":
+                return WaitReason("group rate", usage.held_until, "group rate limit: next claim later")
+        return None
+
+
+@dataclass(frozen=True)
+class GroupUsage:
+    """A job group of a queue: jobs waiting, claims holding one of its slots (while the
+    queue limits group concurrency), and, when its limits hold it back, why
+    (``"group full"`` / ``"group rate"``) and until when (epoch ms)."""
+
+    group: str
+    waiting: int = 0
+    active: int = 0
+    held_until: int | None = None
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
+class BusiestGroups:
+    """``busiest_groups``: the queue's top groups (most waiting first) of ``total``."""
+
+    queue: str
+    groups: list[GroupUsage]
+    total: int
+
+
+@dataclass(frozen=True)
+class WaitReason:
+    """Why a waiting job waits: ``kind`` is "paused", "queue full", "rate", "group full"
+    or "group rate"; ``until`` when the limit next admits a claim (None: unknown)."""
+
+    kind: str
+    until: int | None
+    text: str

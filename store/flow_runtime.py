@@ -280,6 +280,7 @@ class Flow:
                         ),
                         parent=ParentEnvelope(self.name, record.id, item.key, psk, depth),
                         delay_ms=0,
+                        group=base.group,
                     )
                     from store.flows import request_to_json
 

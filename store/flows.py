@@ -63,6 +63,8 @@ def request_to_json(req: EnqueueRequest) -> str:
         "parent": req.parent.to_json() if req.parent else None,
         "delay_ms": req.delay_ms,
     }
+    if req.group is not None:
+        doc["group"] = req.group
     return codec.dumps(doc, "child request")
 
 
@@ -82,6 +84,7 @@ def request_from_json(text: str) -> EnqueueRequest:
         trace=doc.get("trace"),
         parent=doc.get("parent"),
         delay_ms=doc.get("delay_ms") or 0,
+        group=doc.get("group"),
     )
 
 

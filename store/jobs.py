@@ -315,6 +315,7 @@ class Job:
         handler: Callable[..., Any] | None = None,
         registry: StoreRegistry | None = None,
         enqueue_on_commit: bool = False,
+        group: str | Callable[[Any], str | None] | None = None,
     ) -> None:
         if not isinstance(name, str) or not name or "\0" in name:
             raise InvalidRequestError(f"a job name must be a non-empty string, got {name!r}")
@@ -339,6 +340,11 @@ class Job:
         self.metadata = metadata
         self.retryable = retryable
         self.enqueue_on_commit = bool(enqueue_on_commit)
+        #: The job group of each enqueue: a fixed name, or a function of the payload
+        #: (``lambda p: p["tenant"]``) returning the name or None (no group).
+        if group is not None and not callable(group):
+            codec.check_group(group)
+        self.group = group
         self._registry = registry or default_registry
         self.fn: Callable[..., Any] | None = None
         if handler is not None:
@@ -388,6 +394,7 @@ class Job:
         timeout_ms: int | None = None,
         now: int | None = None,
         allow_dedupe: bool = True,
+        group: str | None = None,
     ) -> EnqueueRequest:
         """The store request for one enqueue: definition defaults merged with per-call options."""
         if delay_ms is not None and at is not None:
@@ -412,6 +419,8 @@ class Job:
             delay = max(0, int(at) - clock_now)
         else:
             delay = self.delay_ms if delay_ms is None else int(delay_ms)
+        if group is None and self.group is not None:
+            group = self.group(payload) if callable(self.group) else self.group
         return EnqueueRequest(
             id=job_id,
             name=self.name,
@@ -426,6 +435,7 @@ class Job:
             dedupe=policy,
             delay_ms=delay,
             trace=current_trace_context(delayed=delay > 0),
+            group=group,
         )
 
     # -------------------------------------------------------- producer verbs

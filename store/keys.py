@@ -64,9 +64,9 @@ class StoreKeys:
         self.index_seq = f"{tag}:ixseq"
         self.index_counts = f"{tag}:ixcount"
         self.index_pending = f"{tag}:ixpend"
-        #: Flow control (store/queue_limits.py): each limited queue's settings (field: the
+        #: Flow control (store/flow_control.py): each limited queue's settings (field: the
         #: queue), the time of its last rate-limited claim, and the queues a claim found at
-        #: their concurrency limit.
+        #: their concurrency limit.  Field NUL + queue marks a queue that has job groups.
         self.limits = f"{tag}:limits"
         self.limits_rate = f"{tag}:limits:rate"
         self.limits_blocked = f"{tag}:limits:blocked"
@@ -92,6 +92,35 @@ class StoreKeys:
     def limit_active(self, queue: str) -> str:
         """The jobs of a limited queue that hold a claim, scored by lock expiry."""
         return f"{self.tag}:limits:active:{queue}"
+
+    # Job groups (store/lua/lib/limits.lua, docs/flow-control.md).
+    def group_wait(self, queue: str, group: str) -> str:
+        """A group's waiting jobs (members and scores as in ``waiting``)."""
+        return f"{self.tag}:groups:wait:{queue}{NUL}{group}"
+
+    def group_active(self, queue: str, group: str) -> str:
+        """A group's claims that count against its concurrency, scored by lock expiry."""
+        return f"{self.tag}:groups:active:{queue}{NUL}{group}"
+
+    def group_waiting(self, queue: str, name: str) -> str:
+        """The grouped waiting jobs of one (queue, job name), as ``waiting`` holds the rest."""
+        return f"{self.tag}:groups:waiting:{queue}{NUL}{name}"
+
+    def group_turns(self, queue: str) -> str:
+        """The queue's groups that have waiting jobs and take turns, scored by turn."""
+        return f"{self.tag}:groups:turns:{queue}"
+
+    def group_held(self, queue: str) -> str:
+        """The queue's groups held back by their limits, scored by when to look again."""
+        return f"{self.tag}:groups:held:{queue}"
+
+    def group_sizes(self, queue: str) -> str:
+        """The queue's groups scored by their number of waiting jobs (busiest first, reversed)."""
+        return f"{self.tag}:groups:size:{queue}"
+
+    def group_rate(self, queue: str) -> str:
+        """Each group's last rate-limited claim (ms), for the queue's group rate."""
+        return f"{self.tag}:groups:rate:{queue}"
 
     def delayed(self, queue: str) -> str:
         return f"{self.tag}:delayed:{queue}"

@@ -256,7 +256,7 @@ def _residual(**filters: object) -> tuple[str, ...]:
 # ---------------------------------------------------------------- exact state listings
 
 #: Sorted sets one state listing may merge (each a head in the list script).
-MAX_STATE_SOURCES = 64
+MAX_STATE_SOURCES = 128
 #: Length of the sequence prefix of a waiting-set member (zero-padded digits).
 WAITING_MEMBER_PREFIX = WAITING_SEQ_WIDTH
 
@@ -351,13 +351,15 @@ def plan_state_query(
         route = f"delayed:{queue}" if queue else "delayed:<every queue>"
         residual = _residual(name=name, metadata=meta)
     elif field_name == "position":
-        sources = [
-            keys.waiting(q, n)
+        # Grouped waiting jobs are in their own per-(queue, name) set beside the waiting set.
+        chosen = [
+            (q, n)
             for q, n in known
             if (queue is None or q == queue) and (name is None or n == name)
         ]
-        if name is not None and queue is not None and not sources:
-            sources = [keys.waiting(queue, name)]
+        if name is not None and queue is not None and not chosen:
+            chosen = [(queue, name)]
+        sources = [key for q, n in chosen for key in (keys.waiting(q, n), keys.group_waiting(q, n))]
         route = "waiting:" + (queue or "<every queue>") + "/" + (name or "<every name>")
         residual = _residual(metadata=meta)
         strip = WAITING_MEMBER_PREFIX

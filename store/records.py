@@ -293,6 +293,9 @@ class EnqueueRequest:
     trace: TraceContext | None = None
     parent: ParentEnvelope | None = None
     delay_ms: int = 0
+    #: The job's group in its queue: groups take turns at claims and the queue's group
+    #: limits count per group (docs/flow-control.md).  None: no group.
+    group: str | None = None
 
     # Written by hand rather than generated: a frozen dataclass's __init__ sets each
     # field through object.__setattr__, and requests are built on every enqueue.
@@ -313,6 +316,7 @@ class EnqueueRequest:
         trace: TraceContext | Mapping[str, Any] | None = None,
         parent: ParentEnvelope | Mapping[str, Any] | None = None,
         delay_ms: int = 0,
+        group: str | None = None,
     ) -> None:
         d = self.__dict__
         d["name"] = name
@@ -329,6 +333,7 @@ class EnqueueRequest:
         d["trace"] = trace
         d["parent"] = parent
         d["delay_ms"] = delay_ms
+        d["group"] = group
         if backoff is None and keep is None and dedupe is None and trace is None and parent is None:
             return  # the usual case: nothing to coerce
         for attr, cls in _REQUEST_POLICIES:
@@ -379,6 +384,8 @@ class JobRecord:
     finished_at: int | None
     exit: Any = MISSING
     failed_reason: str | None = None
+    #: The job's group (``EnqueueRequest.group``; None: none).
+    group: str | None = None
 
     @property
     def is_terminal(self) -> bool:
@@ -469,7 +476,8 @@ class Claimed:
 class Empty:
     """Nothing claimed.  ``next_run_at``: the next delayed job's run time.  When a queue
     limit held waiting jobs back (store/flow_control.py), ``throttled`` says which
-    (``"concurrency"`` or ``"rate"``) and ``throttled_until`` when it next admits a
+    (``"concurrency"``, ``"rate"``, or ``"group"`` when every group with waiting jobs
+    is held back by the group limits) and ``throttled_until`` when it next admits a
     claim (for a full queue the earliest lock expiry; an ack wakes claimers sooner)."""
 
     next_run_at: int | None

@@ -123,8 +123,9 @@ class ClaimBatch:
     when the batch did not fill, and each ack's error (or None).
 
     The Empty says why: the queue ran dry (``next_run_at``), a queue limit held the rest
-    back (``throttled`` "concurrency" or "rate", with ``throttled_until``), or the queue
-    has limits, which a batch claims one job at a time (``throttled`` "limited")."""
+    back (``throttled`` "concurrency" or "rate", with ``throttled_until``), every group
+    with waiting jobs is held back by the group limits (``throttled`` "group"), or the
+    queue has limits, which a batch claims one job at a time (``throttled`` "limited")."""
 
     jobs: list[tuple[JobRecord, str]]
     empty: Empty | None

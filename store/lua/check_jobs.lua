@@ -41,7 +41,7 @@ for i = 4, #ARGV do
   local id = ARGV[i]
   local jk = k_job(id)
   local f = redis.call('HMGET', jk, 'state', 'queue', 'name', 'seq', 'priority', 'run_at',
-    'lock_expires_at', 'fa', 'enqueued_at', 'lock_token')
+    'lock_expires_at', 'fa', 'enqueued_at', 'lock_token', 'group')
   local state, queue, name, seq = f[1], f[2], f[3], f[4]
   if is_row(state, queue, name, seq) and STATES[state] then
     local field = queue .. '|' .. state
@@ -60,7 +60,17 @@ for i = 4, #ARGV do
       report('missing_from_all', id, '')
       if repair then cz_add(K_ALL, enqueued, id) end
     end
-    if state == 'waiting' then
+    if state == 'waiting' and f[11] then
+      -- A grouped job waits in its group's set and its (queue, name) set, and
+      -- its group takes turns or is held back by its limits (LIMITS.group_row).
+      if not LIMITS.group_row(queue, name, f[11], waiting_member(seq, id)) then
+        report('missing_from_state_set', id, 'waiting')
+        if repair then
+          add_waiting(queue, name, f[5] or '0', seq, id, f[11])
+          LIMITS.group_row(queue, name, f[11], waiting_member(seq, id), true)
+        end
+      end
+    elseif state == 'waiting' then
       if missing(k_waiting(queue, name), waiting_member(seq, id)) then
         report('missing_from_state_set', id, 'waiting')
         if repair then add_waiting(queue, name, f[5] or '0', seq, id) end

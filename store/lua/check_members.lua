@@ -6,7 +6,10 @@
 --          'waiting' (ARGV[3] queue, ARGV[4] name) | 'finished' (ARGV[3] state) |
 --          'terminal' (ARGV[3] state, ARGV[4] name) | 'byname' (ARGV[3] name) |
 --          'byqueue' (ARGV[3] queue) | 'limitactive' (ARGV[3] queue: the claims
---          of a limited queue, lib/limits.lua)
+--          of a limited queue, lib/limits.lua) | 'groupwaiting' (ARGV[3] queue,
+--          ARGV[4] name: grouped waiting jobs) | 'groupwait' (ARGV[3] queue,
+--          ARGV[4] group: a group's waiting jobs) | 'groupactive' (ARGV[3]
+--          queue, ARGV[4] group: a group's claims)
 -- ARGV[5..]  members (at most 500; members gone from the set by now are skipped);
 --          for the chunked sets (all, byname, byqueue) member, score pairs
 --
@@ -37,6 +40,9 @@ elseif kind == 'terminal' then key = k_terminal(b, a)
 elseif kind == 'byname' then key = k_byname(a)
 elseif kind == 'byqueue' then key = k_byqueue(a)
 elseif kind == 'limitactive' then key = K_LIMIT.active .. a
+elseif kind == 'groupwaiting' then key = K_LIMIT.gwaiting .. a .. NUL .. b
+elseif kind == 'groupwait' then key = LIMITS.gwait(a, b)
+elseif kind == 'groupactive' then key = LIMITS.gactive(a, b)
 else return redis.error_reply('check_members: unknown set kind ' .. kind) end
 chunked = kind == 'all' or kind == 'byname' or kind == 'byqueue'
 
@@ -50,7 +56,7 @@ end
 -- The counter a dangling member of this set held (nil: the set holds none).
 local function uncount_for(id)
   local field
-  if kind == 'waiting' then field = uncount(a, 'waiting')
+  if kind == 'waiting' or kind == 'groupwaiting' then field = uncount(a, 'waiting')
   elseif kind == 'delayed' then field = uncount(a, 'delayed')
   elseif kind == 'active' or kind == 'finished' then
     local state = kind == 'active' and 'active' or a
@@ -75,8 +81,10 @@ for i = 5, #ARGV, step do
   score = ARGV[i + 1]
   if listed(member) then
     local id = member
-    if kind == 'waiting' then id = string.sub(member, WAITING_SEQ_WIDTH + 1) end
-    local f = redis.call('HMGET', k_job(id), 'state', 'queue', 'name', 'seq', 'enqueued_at', 'lq')
+    if kind == 'waiting' or kind == 'groupwaiting' or kind == 'groupwait' then
+      id = string.sub(member, WAITING_SEQ_WIDTH + 1)
+    end
+    local f = redis.call('HMGET', k_job(id), 'state', 'queue', 'name', 'seq', 'enqueued_at', 'lq', 'group')
     local state, queue, name, seq = f[1], f[2], f[3], f[4]
     if not is_row(state, queue, name, seq) then
       if redis.call('EXISTS', k_job(id)) == 0 then
@@ -96,7 +104,13 @@ for i = 5, #ARGV, step do
       elseif kind == 'keepage' then fits = is_terminal(state)
       elseif kind == 'delayed' then fits = state == 'delayed' and queue == a
       elseif kind == 'waiting' then
-        fits = state == 'waiting' and queue == a and name == b and waiting_member(seq, id) == member
+        fits = state == 'waiting' and queue == a and name == b and not f[7] and waiting_member(seq, id) == member
+      elseif kind == 'groupwaiting' then
+        fits = state == 'waiting' and queue == a and name == b and f[7] and waiting_member(seq, id) == member
+      elseif kind == 'groupwait' then
+        fits = state == 'waiting' and queue == a and f[7] == b and waiting_member(seq, id) == member
+      elseif kind == 'groupactive' then
+        fits = state == 'active' and queue == a and f[6] == '1' and f[7] == b
       elseif kind == 'finished' then fits = state == a
       elseif kind == 'terminal' then fits = state == a and name == b
       elseif kind == 'byname' then fits = name == a
@@ -107,6 +121,8 @@ for i = 5, #ARGV, step do
           report('stray_lock', id, state)
         elseif kind == 'limitactive' then
           report('stray_lock', id, 'limits:active:' .. a .. ' (job is ' .. state .. ' in ' .. queue .. ')')
+        elseif kind == 'groupactive' then
+          report('stray_lock', id, 'groups:active:' .. a .. '/' .. b .. ' (job is ' .. state .. ' in ' .. queue .. ')')
         else
           report('wrong_set_member', id, kind .. ' (job is ' .. state .. ')')
         end

@@ -38,7 +38,7 @@ if dedupe_key ~= '' then
     local keyed_state, keyed_queue = kf[1], kf[2]
     if replace and keyed_state == 'delayed' and keyed_queue then
       -- Rewrite the still-delayed keyed job in place; id, queue, seq, ledger,
-      -- enqueued_at, dedupe key and parent stay.
+      -- enqueued_at, dedupe key and parent stay (the group is the new one's).
       local run_at = now + math.max(0, r.delay)
       -- Old pieces of the long fields go first (see put_long).
       for _, field in ipairs({ 'payload', 'metadata', 'backoff', 'keep', 'trace' }) do
@@ -61,6 +61,7 @@ if dedupe_key ~= '' then
       put('keep', r.keep)
       put('timeout_ms', r.timeout_ms)
       put('trace', r.trace)
+      put('group', r.group)
       call_runs('HSET', kk, set, 1, n, 2)
       call_runs('HDEL', kk, del, 1, #del, 1)
       redis.call('ZADD', k_delayed(keyed_queue), run_at, keyed)

@@ -11,7 +11,7 @@ local expires = now + tonumber(ARGV[2])
 local lost, cancel = {}, {}
 for i = 3, #ARGV, 2 do
   local id, token = ARGV[i], ARGV[i + 1]
-  local f = redis.call('HMGET', k_job(id), 'state', 'lock_token', 'cancel_requested', 'queue', 'lq')
+  local f = redis.call('HMGET', k_job(id), 'state', 'lock_token', 'cancel_requested', 'queue', 'lq', 'group')
   if f[1] ~= 'active' or f[2] ~= token or not f[4] then
     lost[#lost + 1] = id
   elseif f[3] == '1' then
@@ -19,8 +19,11 @@ for i = 3, #ARGV, 2 do
   else
     redis.call('HSET', k_job(id), 'lock_expires_at', fmt(expires))
     redis.call('ZADD', K_ACTIVE, expires, id)
-    -- A claim of a limited queue holds its slot while the lock lives.
-    if f[5] == '1' then redis.call('ZADD', K_LIMIT.active .. f[4], expires, id) end
+    -- A claim of a limited queue holds its slot (and its group's) while the lock lives.
+    if f[5] == '1' then
+      redis.call('ZADD', K_LIMIT.active .. f[4], expires, id)
+      if f[6] then redis.call('ZADD', LIMITS.gactive(f[4], f[6]), expires, id) end
+    end
   end
 end
 return { lost, cancel }

@@ -71,7 +71,7 @@ if j.cancel_requested then
   finish_cancelled(id, j, now)
 elseif pending > 0 then
   redis.call('ZREM', K_ACTIVE, id)
-  if j.limited then LIMITS.leave(id, j.queue, now) end
+  if j.limited then LIMITS.leave(id, j.queue, now, j.group) end
   redis.call('HSET', jk, 'state', 'waiting-children')
   park(id, j, now)
   redis.call('HDEL', jk, 'lock_token', 'lock_expires_at', 'lq')

@@ -47,8 +47,10 @@ def take(store: RedisJobStore, token: str, lock_ms: int = 30_000, queue: str = Q
         {"concurrency": "3"},
         {"rate": (10, 1000)},
         {"rate": 10},
-        {"concurrency": 2, "group_concurrency": 1},
-        {"group_rate": Rate(1, 1000)},
+        {"concurrency": 2, "group_concurrency": 0},
+        {"group_concurrency": 1.5},
+        {"group_rate": (1, 1000)},
+        {"concurrency": 2, "group_rate": Rate(1, 1000), "rate": 5},
     ],
 )
 def test_invalid_limits_are_refused_and_nothing_is_written(
@@ -60,9 +62,14 @@ def test_invalid_limits_are_refused_and_nothing_is_written(
     assert store.queue_limits(Q) == QueueLimits(queue=Q)
 
 
-def test_group_limits_are_refused_with_a_reason(store: RedisJobStore) -> None:
-    with pytest.raises(InvalidRequestError, match="group limits need job groups"):
-        store.set_queue_limits(Q, group_concurrency=1)
+def test_group_limits_round_trip_with_the_queue_limits(store: RedisJobStore) -> None:
+    store.set_queue_limits(Q, group_concurrency=2, group_rate=Rate(10, per_ms=60_000))
+    got = store.queue_limits(Q)
+    assert (got.concurrency, got.rate) == (None, None)
+    assert (got.group_concurrency, got.group_rate) == (2, Rate(10, 60_000))
+    assert got.limited and store.limited_queues() == [Q]
+    store.set_queue_limits(Q, concurrency=3)
+    assert store.queue_limits(Q).group_concurrency is None
 
 
 @pytest.mark.parametrize(

@@ -16,10 +16,10 @@ local function promote_due(queue, now, limit)
   local due = redis.call('ZRANGEBYSCORE', dk, '-inf', now, 'LIMIT', 0, limit)
   for _, id in ipairs(due) do
     redis.call('ZREM', dk, id)
-    local f = redis.call('HMGET', k_job(id), 'name', 'priority', 'seq', 'state', 'queue')
+    local f = redis.call('HMGET', k_job(id), 'name', 'priority', 'seq', 'state', 'queue', 'group')
     if is_row(f[4], f[5], f[1], f[3]) then
       redis.call('HSET', k_job(id), 'state', 'waiting')
-      add_waiting(queue, f[1], f[2] or '0', f[3], id)
+      add_waiting(queue, f[1], f[2] or '0', f[3], id, f[6] or nil)
       counts_add(queue, 'delayed', -1)
       counts_add(queue, 'waiting', 1)
     else
@@ -69,15 +69,16 @@ local function claim_next(now, token, lock_ms, queue, names)
     return { 'empty', next_run_at() }
   end
 
-  -- Queue limits (lib/limits.lua): one HGET when the queue has none.  They
-  -- are checked once a job is there to take, before anything is taken, so a
-  -- limited job is never claimed and handed back.
-  local lim = LIMITS.read(queue)
+  -- Queue limits (lib/limits.lua): one HMGET when the queue has none, which
+  -- also tells whether it has job groups.  They are checked once a job is
+  -- there to take, before anything is taken, so a limited job is never
+  -- claimed and handed back.
+  local lim, groups = LIMITS.read(queue)
   local unchecked = lim ~= nil
 
   for _ = 1, ORPHAN_SKIP do
     -- Seqs are unique and zero-padded, so comparing members compares seqs.
-    local best_key, best_member, best_score
+    local best_key, best_member, best_score, group
     for _, name in ipairs(names) do
       local wk = k_waiting(queue, name)
       local top = redis.call('ZRANGE', wk, 0, 0, 'WITHSCORES')
@@ -88,7 +89,23 @@ local function claim_next(now, token, lock_ms, queue, names)
         end
       end
     end
+    -- The head of the group whose turn it is competes with the ungrouped
+    -- jobs by priority, then arrival.
+    if groups then
+      local c, again = LIMITS.pick(queue, handled, lim, now)
+      if c and (best_member == nil or c.score < best_score or (c.score == best_score and c.member < best_member)) then
+        best_key, best_member, best_score, group = c.key, c.member, c.score, c.group
+      elseif again and not best_member then
+        return { 'again', '' }
+      end
+    end
     if not best_member then
+      local held = groups and LIMITS.grouped(lim) and LIMITS.held_until(queue)
+      if held then
+        -- Every group with waiting jobs is held back by its limits.
+        redis.call('SADD', K_LIMIT.blocked, queue)
+        return { 'throttled', held, 'group' }
+      end
       if lim then LIMITS.idle(queue) end
       return { 'empty', next_run_at() }
     end
@@ -100,8 +117,12 @@ local function claim_next(now, token, lock_ms, queue, names)
 
     local id = string.sub(best_member, WAITING_SEQ_WIDTH + 1)
     local jk = k_job(id)
-    redis.call('ZREM', best_key, best_member)
     local f = redis.call('HMGET', jk, 'state', 'queue', 'name', 'seq')
+    if group then
+      LIMITS.group_rem(queue, f[3] or nil, group, best_member, true)
+    else
+      redis.call('ZREM', best_key, best_member)
+    end
     local row = is_row(f[1], f[2], f[3], f[4])
     if row and f[1] == 'waiting' and waiting_member(f[4], id) == best_member then
       local expires = now + lock_ms
@@ -112,6 +133,7 @@ local function claim_next(now, token, lock_ms, queue, names)
       counts_add(queue, 'active', 1)
       if lim then
         LIMITS.take(lim, queue, id, expires, now)
+        if group then LIMITS.group_take(lim, queue, group, id, expires, now) end
         -- The fourth entry tells a batch claim to stop: each further job of a
         -- limited queue is checked (and taken) by a claim of its own.
         return { 'claimed', id, redis.call('HGETALL', jk), 'limited' }
@@ -198,7 +220,7 @@ local function ack_job(now, id, token, outcome, exit_json, retry_delay)
     local seq = redis.call('INCR', K_SEQ)
     if delay > 0 then
       redis.call('ZREM', K_ACTIVE, id)
-      if j.limited then LIMITS.leave(id, j.queue, now) end
+      if j.limited then LIMITS.leave(id, j.queue, now, j.group) end
       redis.call('HSET', jk, 'state', 'delayed', 'seq', fmt(seq), 'run_at', fmt(now + delay))
       redis.call('HDEL', jk, 'lock_token', 'lock_expires_at', 'lq')
       redis.call('ZADD', k_delayed(j.queue), now + delay, id)

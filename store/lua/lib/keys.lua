@@ -14,6 +14,12 @@ local K_SEQ, K_ALL, K_ACTIVE, K_COUNTS, K_PAUSED, K_DEDUPE_WINDOWS, K_DEDUPE_PEN
 -- rate-limited claim, the queues a claim found at their concurrency limit
 -- (an ack of theirs then wakes one waiting claimer), and per limited queue
 -- (K_LIMIT.active .. queue) the jobs holding a claim, scored by lock expiry.
+-- Job groups (lib/limits.lua) live here too: per (queue, group) its waiting
+-- jobs and its claims; per (queue, name) the grouped waiting jobs (what the
+-- waiting listings, oldest-waiting lookups and mqcheck read beside the
+-- per-name waiting set); per queue the groups in turn, the groups held back
+-- by their limits, each group's last rate-limited claim, and each group's
+-- waiting jobs counted (the busiest groups, read in order).
 local K_LIMIT = {}
 
 local function bind(tag)
@@ -43,6 +49,13 @@ local function bind(tag)
   K_LIMIT.rate = B .. ':limits:rate'
   K_LIMIT.blocked = B .. ':limits:blocked'
   K_LIMIT.active = B .. ':limits:active:' -- .. queue
+  K_LIMIT.gwait = B .. ':groups:wait:' -- .. queue .. NUL .. group
+  K_LIMIT.gactive = B .. ':groups:active:' -- .. queue .. NUL .. group
+  K_LIMIT.gwaiting = B .. ':groups:waiting:' -- .. queue .. NUL .. name
+  K_LIMIT.turns = B .. ':groups:turns:' -- .. queue
+  K_LIMIT.held = B .. ':groups:held:' -- .. queue
+  K_LIMIT.grate = B .. ':groups:rate:' -- .. queue
+  K_LIMIT.gsize = B .. ':groups:size:' -- .. queue
 end
 
 local function k_job(id) return B .. ':job:' .. id end

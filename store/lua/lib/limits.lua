@@ -1,8 +1,9 @@
 -- Flow control: queue limits checked inside the claim (docs/flow-control.md).
 --
 -- K_LIMIT.settings field <queue> holds a limited queue's settings, written by
--- set_limits.lua: "<concurrency>:<rate limit>:<rate period ms>", '' for a kind
--- that is not limited.  A queue without a field costs its claims one HGET.
+-- set_limits.lua: "<concurrency>:<rate limit>:<rate period ms>:<group
+-- concurrency>:<group rate limit>:<group rate period ms>", '' for a kind that
+-- is not limited.  A queue without a field costs its claims one HMGET.
 --
 -- Concurrency is counted by lock expiry: a claim of a limited queue adds the
 -- job to K_LIMIT.active .. queue, scored by its lock expiry and marks the row
@@ -22,16 +23,22 @@ local LIMITS = { freed = {} }
 
 function LIMITS.fmt(n) return string.format('%.0f', n) end
 
--- The settings of queue, or nil when it has none.
+-- The settings of queue, or nil when it has none, and whether the queue has
+-- job groups (field NUL .. queue, set when its first group entered a turn).
+-- One HMGET either way.
 function LIMITS.read(queue)
-  local s = redis.call('HGET', K_LIMIT.settings, queue)
-  if not s then return nil end
+  local v = redis.call('HMGET', K_LIMIT.settings, queue, NUL .. queue)
+  local s, groups = v[1], v[2] and true or false
+  if not s then return nil, groups end
   local f, i = {}, 0
   for part in string.gmatch(s .. ':', '([^:]*):') do
     i = i + 1
     f[i] = tonumber(part)
   end
-  return { concurrency = f[1], rate_limit = f[2], rate_per = f[3] }
+  return {
+    concurrency = f[1], rate_limit = f[2], rate_per = f[3],
+    gconc = f[4], grate_limit = f[5], grate_per = f[6],
+  }, groups
 end
 
 -- The first ms at which the rate admits a claim (<= now: admits now).
@@ -93,10 +100,16 @@ function LIMITS.take(lim, queue, id, expires, now)
 end
 
 -- A marked job ('lq') leaves active (ack, release, recovery, fan-out,
--- removal): its slot frees.  The caller clears the row's mark with the lock
--- fields; now is the call's time (nil: unknown).
-function LIMITS.leave(id, queue, now)
+-- removal): its slot frees, in its queue and in its group (nil: none).  The
+-- caller clears the row's mark with the lock fields; now is the call's time
+-- (nil: unknown).  A group held back by its limits takes its turn again (the
+-- next claim looks at it again).
+function LIMITS.leave(id, queue, now, group)
   if redis.call('ZREM', K_LIMIT.active .. queue, id) == 1 then
+    LIMITS.freed[queue] = now or false
+  end
+  if group and redis.call('ZREM', LIMITS.gactive(queue, group), id) == 1 then
+    LIMITS.unhold(queue, group)
     LIMITS.freed[queue] = now or false
   end
 end
@@ -130,4 +143,176 @@ end
 -- A claim found nothing to take: nobody waits for a slot of queue.
 function LIMITS.idle(queue)
   redis.call('SREM', K_LIMIT.blocked, queue)
+end
+
+-- Job groups.  A job enqueued with a group waits in its group's set
+-- (K_LIMIT.gwait, members and scores as in the per-name waiting sets:
+-- priority, then FIFO) and in the per-(queue, name) set of grouped waiting
+-- jobs (K_LIMIT.gwaiting, read by listings and mqcheck), not in the per-name
+-- waiting set.  The groups of a queue that have waiting jobs take turns
+-- (K_LIMIT.turns, scored by turn): a claim looks at the group whose turn it
+-- is, and a group that gave a job goes to the back.  A group whose limits
+-- admit no claim now leaves the turns for K_LIMIT.held, scored by when its
+-- limits next admit one (its first lock expiry, its next rate token); it
+-- comes back then, or at once when one of its claims ends.  So a claim costs
+-- a few O(log groups) commands whatever the number of groups.
+
+-- Groups one claim looks at (held back, emptied or not the claimer's names)
+-- before it hands back 'again'; held groups one claim brings back.
+LIMITS.GROUP_SCAN, LIMITS.GROUP_RELEASE = 20, 100
+
+function LIMITS.gwait(queue, group) return K_LIMIT.gwait .. queue .. NUL .. group end
+function LIMITS.gactive(queue, group) return K_LIMIT.gactive .. queue .. NUL .. group end
+
+-- Whether lim limits groups.
+function LIMITS.grouped(lim) return lim ~= nil and (lim.gconc ~= nil or lim.grate_limit ~= nil) end
+
+-- The turn after every group's: one past the highest.
+function LIMITS.back(queue)
+  local last = redis.call('ZRANGE', K_LIMIT.turns .. queue, -1, -1, 'WITHSCORES')
+  return (tonumber(last[2]) or 0) + 1
+end
+
+-- A grouped job starts waiting (score and member as in the waiting sets).  A
+-- group that had none waiting takes the last turn, unless it is held.
+function LIMITS.group_add(queue, name, group, score, member)
+  local gk = LIMITS.gwait(queue, group)
+  redis.call('ZADD', gk, score, member)
+  redis.call('ZADD', K_LIMIT.gwaiting .. queue .. NUL .. name, score, member)
+  local size = redis.call('ZCARD', gk)
+  redis.call('ZADD', K_LIMIT.gsize .. queue, size, group)
+  if size == 1 and not redis.call('ZSCORE', K_LIMIT.held .. queue, group) then
+    redis.call('ZADD', K_LIMIT.turns .. queue, LIMITS.back(queue), group)
+    redis.call('HSETNX', K_LIMIT.settings, NUL .. queue, '1')
+  end
+end
+
+-- A grouped job stops waiting (claimed, cancelled, removed, ...).  name is
+-- nil for a dangling member.  A group left without waiting jobs leaves the
+-- turns; when taken is true the group had its turn and goes to the back.
+function LIMITS.group_rem(queue, name, group, member, taken)
+  local gk = LIMITS.gwait(queue, group)
+  redis.call('ZREM', gk, member)
+  if name then redis.call('ZREM', K_LIMIT.gwaiting .. queue .. NUL .. name, member) end
+  local left = redis.call('ZCARD', gk)
+  if left == 0 then
+    redis.call('ZREM', K_LIMIT.turns .. queue, group)
+    redis.call('ZREM', K_LIMIT.gsize .. queue, group)
+  else
+    redis.call('ZADD', K_LIMIT.gsize .. queue, left, group)
+  end
+  if left > 0 and taken then
+    redis.call('ZADD', K_LIMIT.turns .. queue, 'XX', LIMITS.back(queue), group)
+  end
+end
+
+-- mqcheck: whether a waiting grouped job is where it should be (in its
+-- group's set and its (queue, name) set, its group in turn or held).  With
+-- fix, a group in neither takes the last turn.
+function LIMITS.group_row(queue, name, group, member, fix)
+  local placed = redis.call('ZSCORE', K_LIMIT.turns .. queue, group)
+    or redis.call('ZSCORE', K_LIMIT.held .. queue, group)
+  if fix and not placed then
+    redis.call('ZADD', K_LIMIT.turns .. queue, LIMITS.back(queue), group)
+    redis.call('HSET', K_LIMIT.settings, NUL .. queue, '1')
+  end
+  return placed and redis.call('ZSCORE', LIMITS.gwait(queue, group), member)
+    and redis.call('ZSCORE', K_LIMIT.gwaiting .. queue .. NUL .. name, member) and true or false
+end
+
+-- A held group takes a turn again (if it still has waiting jobs).
+function LIMITS.unhold(queue, group)
+  if redis.call('ZREM', K_LIMIT.held .. queue, group) == 1
+      and redis.call('EXISTS', LIMITS.gwait(queue, group)) == 1 then
+    redis.call('ZADD', K_LIMIT.turns .. queue, 'NX', LIMITS.back(queue), group)
+  end
+end
+
+-- nil when group's limits admit a claim now, else the ms when they next may.
+function LIMITS.group_until(lim, queue, group, now)
+  local until_ms
+  if lim.gconc then
+    local ak = LIMITS.gactive(queue, group)
+    local live = '(' .. LIMITS.fmt(now)
+    if redis.call('ZCOUNT', ak, live, '+inf') >= lim.gconc then
+      local first = redis.call('ZRANGEBYSCORE', ak, live, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+      until_ms = tonumber(first[2])
+    end
+  end
+  if lim.grate_limit then
+    local last = tonumber(redis.call('ZSCORE', K_LIMIT.grate .. queue, group) or '')
+    if last and (now - last) * lim.grate_limit < lim.grate_per then
+      local free_at = last + math.ceil(lim.grate_per / lim.grate_limit)
+      if not until_ms or free_at > until_ms then until_ms = free_at end
+    end
+  end
+  return until_ms
+end
+
+-- The grouped job a claim of queue may take: the head of the first group in
+-- turn whose limits admit a claim and whose head has a handled name (a head
+-- whose row is gone is returned too: the claim drops it).  Held groups that
+-- are due come back first (all of them, a page at a time, when the queue no
+-- longer limits groups).  Returns a candidate {key, member, score, group} or
+-- nil, and 'again' when the scan moved groups out of the turns without
+-- finding one (the caller claims again).
+function LIMITS.pick(queue, handled, lim, now)
+  local limited = LIMITS.grouped(lim)
+  local hk = K_LIMIT.held .. queue
+  local due
+  if limited then
+    due = redis.call('ZRANGEBYSCORE', hk, '-inf', LIMITS.fmt(now), 'LIMIT', 0, LIMITS.GROUP_RELEASE)
+  else
+    due = redis.call('ZRANGE', hk, 0, LIMITS.GROUP_RELEASE - 1)
+  end
+  for _, g in ipairs(due) do LIMITS.unhold(queue, g) end
+  local tk = K_LIMIT.turns .. queue
+  local at, moved = 0, false
+  for _ = 1, LIMITS.GROUP_SCAN do
+    local g = redis.call('ZRANGE', tk, at, at)[1]
+    if not g then return nil end
+    local gk = LIMITS.gwait(queue, g)
+    local top = redis.call('ZRANGE', gk, 0, 0, 'WITHSCORES')
+    local until_ms = #top > 0 and limited and LIMITS.group_until(lim, queue, g, now)
+    if #top == 0 then
+      redis.call('ZREM', tk, g)
+      redis.call('ZREM', K_LIMIT.gsize .. queue, g)
+      moved = true
+    elseif until_ms then
+      redis.call('ZREM', tk, g)
+      redis.call('ZADD', hk, until_ms, g)
+      moved = true
+    else
+      local name = redis.call('HGET', k_job(string.sub(top[1], WAITING_SEQ_WIDTH + 1)), 'name')
+      if not name or handled[name] then
+        return { key = gk, member = top[1], score = tonumber(top[2]), group = g }
+      end
+      at = at + 1
+    end
+  end
+  if moved then return nil, 'again' end
+  return nil
+end
+
+-- When the queue's held groups next may give a job (nil: none held).
+function LIMITS.held_until(queue)
+  local first = redis.call('ZRANGE', K_LIMIT.held .. queue, 0, 0, 'WITHSCORES')
+  return first[2]
+end
+
+-- Count a claim of a grouped job against its group's limits.
+function LIMITS.group_take(lim, queue, group, id, expires, now)
+  if lim.gconc then
+    local ak = LIMITS.gactive(queue, group)
+    redis.call('ZREMRANGEBYSCORE', ak, '-inf', LIMITS.fmt(now))
+    redis.call('ZADD', ak, expires, id)
+    redis.call('HSET', k_job(id), 'lq', '1')
+  end
+  if lim.grate_limit then
+    -- Last claims a period old no longer limit anything: forget a page of them.
+    local rk = K_LIMIT.grate .. queue
+    local old = redis.call('ZRANGEBYSCORE', rk, '-inf', LIMITS.fmt(now - lim.grate_per), 'LIMIT', 0, LIMITS.GROUP_RELEASE)
+    if #old > 0 then redis.call('ZREM', rk, unpack(old)) end
+    redis.call('ZADD', rk, now, group)
+  end
 end

@@ -22,7 +22,7 @@ end
 -- entries are deliberately left alone (see the store contract, remove).
 local function delete_job(id)
   local jk = k_job(id)
-  local f = redis.call('HMGET', jk, 'name', 'queue', 'state', 'seq', 'error_group', 'enqueued_at', 'lq')
+  local f = redis.call('HMGET', jk, 'name', 'queue', 'state', 'seq', 'error_group', 'enqueued_at', 'lq', 'group')
   local name, queue, state, seq = f[1], f[2], f[3], f[4]
   if not is_row(state, queue, name, seq) then
     if redis.call('EXISTS', jk) == 0 then return false end
@@ -39,12 +39,12 @@ local function delete_job(id)
   cz_rem(k_byname(name), enqueued, id)
   cz_rem(k_byqueue(queue), enqueued, id)
   if state == 'waiting' then
-    rem_waiting(queue, name, seq, id)
+    rem_waiting(queue, name, seq, id, f[8])
   elseif state == 'delayed' then
     redis.call('ZREM', k_delayed(queue), id)
   elseif state == 'active' then
     redis.call('ZREM', K_ACTIVE, id)
-    if f[7] == '1' then LIMITS.leave(id, queue) end
+    if f[7] == '1' then LIMITS.leave(id, queue, nil, f[8] or nil) end
   elseif state == 'waiting-children' then
     redis.call('ZREM', k_parked(queue), id)
   elseif is_terminal(state) then

@@ -101,11 +101,16 @@ local function waiting_member(seq, id)
   return string.sub(WAITING_SEQ_ZEROS, #seq + 1) .. seq .. id
 end
 
-local function add_waiting(queue, name, priority, seq, id)
-  redis.call('ZADD', k_waiting(queue, name), -(tonumber(priority) or 0), waiting_member(seq, id))
+-- group: the job's group (nil or '': none); a grouped job waits in its
+-- group's sets instead (lib/limits.lua).
+local function add_waiting(queue, name, priority, seq, id, group)
+  local score, member = -(tonumber(priority) or 0), waiting_member(seq, id)
+  if group and group ~= '' then return LIMITS.group_add(queue, name, group, score, member) end
+  redis.call('ZADD', k_waiting(queue, name), score, member)
 end
 
-local function rem_waiting(queue, name, seq, id)
+local function rem_waiting(queue, name, seq, id, group)
+  if group and group ~= '' then return LIMITS.group_rem(queue, name, group, waiting_member(seq, id)) end
   redis.call('ZREM', k_waiting(queue, name), waiting_member(seq, id))
 end
 
@@ -116,15 +121,16 @@ end
 -- Request layout shared by enqueue, enqueue_many and tick_schedule: 6 ARGV
 -- strings starting at index i: mode, id, name, queue, payload, options.
 -- options is '' when every option is at its default (the common case: no
--- parsing, no per-field checks), else the 9 fields of OPTION_FIELDS joined
+-- parsing, no per-field checks), else the 10 fields of OPTION_FIELDS joined
 -- by NUL (none of them can hold a raw NUL: JSON escapes it, numbers have none).
 local REQUEST_WIDTH = 6
 local OPTION_FIELDS = {
   'metadata', 'priority', 'attempts_max', 'backoff', 'keep', 'timeout_ms', 'trace', 'parent', 'delay',
+  'group',
 }
 local PLAIN_REQUEST = { __index = {
   metadata = '{}', priority = '0', attempts_max = '1', backoff = '', keep = '',
-  timeout_ms = '', trace = '', parent = '', delay = 0,
+  timeout_ms = '', trace = '', parent = '', delay = 0, group = '',
 } }
 -- into: optionally, the table an earlier call returned for a plain request; a
 -- plain request is read into it again instead of a fresh table (a chunk reads
@@ -145,6 +151,8 @@ local function read_request(i, into)
     r[OPTION_FIELDS[k]] = v
   end
   r.delay = tonumber(r.delay) or 0
+  -- Requests encoded before job groups (stored schedules) have 9 fields.
+  r.group = r.group or ''
   return r
 end
 
@@ -265,6 +273,7 @@ local function insert_job(id, r, dedupe_key, now, idx, seq, acc)
     if r.timeout_ms ~= '' then h[n + 1], h[n + 2], n = 'timeout_ms', r.timeout_ms, n + 2 end
     if r.trace ~= '' then n = put_long(h, n, 'trace', r.trace) end
     if r.parent ~= '' then n = put_long(h, n, 'parent', r.parent) end
+    if r.group ~= '' then h[n + 1], h[n + 2], n = 'group', r.group, n + 2 end
   end
   if dedupe_key ~= '' then n = put_long(h, n, 'dedupe_key', dedupe_key) end
   call_runs('HSET', k_job(id), h, 1, n, 2)
@@ -282,7 +291,11 @@ local function insert_job(id, r, dedupe_key, now, idx, seq, acc)
     rt = insert_route(queue, name)
   end
   local score, member, wkey, field
-  if state == 'waiting' then
+  if state == 'waiting' and r.group ~= '' then
+    -- A grouped job waits in its group's sets, written at once (lib/limits.lua).
+    LIMITS.group_add(queue, name, r.group, -(tonumber(r.priority) or 0), waiting_member(seq, id))
+    wkey, field = nil, rt.waiting_field
+  elseif state == 'waiting' then
     wkey, score, member, field = rt.waiting, -(tonumber(r.priority) or 0), waiting_member(seq, id), rt.waiting_field
   else
     wkey, score, member, field = rt.delayed, run_at_s, id, rt.delayed_field
@@ -295,7 +308,7 @@ local function insert_job(id, r, dedupe_key, now, idx, seq, acc)
     local len = redis.call('RPUSH', K_IXPEND, now_s, id, flags, queue, name)
     CZ_FOLDED = false
     if len >= CZ_HEAD_ROWS * CZ_HEAD_ROW_ITEMS then cz_fold() end
-    redis.call('ZADD', wkey, score, member)
+    if wkey then redis.call('ZADD', wkey, score, member) end
     redis.call('HINCRBY', K_COUNTS, field, 1)
     -- Which job names each queue has seen (the dashboard's filters, oldest-waiting lookups).
     redis.call('SADD', K_QNAMES, rt.qname)
@@ -305,7 +318,7 @@ local function insert_job(id, r, dedupe_key, now, idx, seq, acc)
   acc_cz(acc, K_ALL, now_s, id)
   if string.byte(idx, 1) == 49 then acc_cz(acc, rt.byname, now_s, id) end
   if string.byte(idx, 2) == 49 then acc_cz(acc, rt.byqueue, now_s, id) end
-  acc_zadd(acc, wkey, score, member)
+  if wkey then acc_zadd(acc, wkey, score, member) end
   acc.counts[field] = (acc.counts[field] or 0) + 1
   acc.qnames[rt.qname] = true
   acc.woken[queue] = true

@@ -4,26 +4,26 @@
 -- gone or is a remnant without its identifying fields (see is_row).
 local function snapshot(id)
   local f = redis.call('HMGET', k_job(id), 'state', 'queue', 'name', 'seq', 'priority',
-    'pa', 'cancel_requested', 'keep', 'dedupe_key', 'lock_token', 'lq')
+    'pa', 'cancel_requested', 'keep', 'dedupe_key', 'lock_token', 'lq', 'group')
   if not is_row(f[1], f[2], f[3], f[4]) then return nil end
   local jk = k_job(id)
   return {
     state = f[1], queue = f[2], name = f[3], seq = f[4], priority = f[5] or '0',
     processed_at = f[6] or nil, cancel_requested = f[7] == '1', keep = get_long(jk, 'keep', f[8]) or nil,
     dedupe_key = get_long(jk, 'dedupe_key', f[9]) or nil, lock_token = f[10] or nil,
-    limited = f[11] == '1',
+    limited = f[11] == '1', group = f[12] or nil,
   }
 end
 
 -- Take a job out of the structure that holds it in its current state.
 local function unlink_from_state(id, j, now)
   if j.state == 'waiting' then
-    rem_waiting(j.queue, j.name, j.seq, id)
+    rem_waiting(j.queue, j.name, j.seq, id, j.group)
   elseif j.state == 'delayed' then
     redis.call('ZREM', k_delayed(j.queue), id)
   elseif j.state == 'active' then
     redis.call('ZREM', K_ACTIVE, id)
-    if j.limited then LIMITS.leave(id, j.queue, now) end
+    if j.limited then LIMITS.leave(id, j.queue, now, j.group) end
   else
     unpark(id, j)
   end
@@ -76,7 +76,7 @@ local function make_waiting(id, j, seq, now, run_at)
     redis.call('HSET', jk, 'state', 'waiting', 'seq', fmt(seq))
   end
   redis.call('HDEL', jk, 'lock_token', 'lock_expires_at', 'lq')
-  add_waiting(j.queue, j.name, j.priority, seq, id)
+  add_waiting(j.queue, j.name, j.priority, seq, id, j.group)
   counts_add(j.queue, j.state, -1)
   counts_add(j.queue, 'waiting', 1)
 end
