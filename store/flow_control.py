@@ -335,7 +335,9 @@ class QueueLimitOperations:
                 text = f"group full: {usage.active} of {limits.group_concurrency} running"
                 return WaitReason("group full", usage.held_until, text)
             if usage.reason == "group rate":
-                return WaitReason("group rate", usage.held_until, "group rate limit: next claim later")
+                return WaitReason(
+                    "group rate", usage.held_until, "group rate limit: next claim later"
+                )
         return None
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -48,3 +49,22 @@ def make_other_store(
     yield factory
     for prefix in prefixes:
         delete_prefix(redis_client, prefix)
+
+
+@pytest.fixture
+def children() -> Iterator[list[subprocess.Popen[bytes]]]:
+    """Child processes a test starts (worker processes); stopped and reaped after it.
+
+    A child still running is asked to stop (SIGTERM), then killed after 10 s."""
+    spawned: list[subprocess.Popen[bytes]] = []
+    yield spawned
+    for child in spawned:
+        if child.poll() is None:
+            child.terminate()
+            try:
+                child.wait(10)
+            except subprocess.TimeoutExpired:
+                child.kill()
+        child.wait(10)
+        if child.stderr is not None:
+            child.stderr.close()

@@ -80,18 +80,6 @@ def live(make_store: Any) -> tuple[Any, StoreRegistry]:
     return store, registry
 
 
-@pytest.fixture
-def children() -> Any:
-    spawned: list[subprocess.Popen[bytes]] = []
-    yield spawned
-    for child in spawned:
-        if child.poll() is None:
-            child.kill()
-        child.wait(10)
-        if child.stderr is not None:
-            child.stderr.close()
-
-
 def test_crash_sigkilled_worker_job_is_recovered_as_stalled(
     live, redis_url, prefix, tmp_path, children
 ):

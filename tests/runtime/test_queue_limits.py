@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import bisect
 import os
+import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -35,28 +37,29 @@ registry = StoreRegistry()
 registry.register(store)
 
 async def handler(payload):
-    await asyncio.sleep(0.02)
+    await asyncio.sleep(30 if payload == "hang" else 0.02)
 
 job = Job("Limited", queue="limited", handler=handler, registry=registry)
 # Polling is off in practice (60 s): a waiting taker claims again when an ack wakes it.
-Worker(store, [job], concurrency=4, poll_interval_ms=60_000, registry=registry).run()
+# Stall recovery is off in practice too (60 s): only a lock's expiry frees a crashed slot.
+Worker(
+    store, [job], concurrency=4, poll_interval_ms=60_000, registry=registry,
+    lock_duration_ms=1_500, stalled_interval_ms=60_000,
+).run()
 """
 
 
-@pytest.fixture
-def children() -> Any:
-    spawned: list[subprocess.Popen[bytes]] = []
-    yield spawned
-    for child in spawned:
-        if child.poll() is None:
-            child.terminate()
-            try:
-                child.wait(10)
-            except subprocess.TimeoutExpired:
-                child.kill()
-                child.wait(10)
-        if child.stderr is not None:
-            child.stderr.close()
+def spawn(children: list[subprocess.Popen[bytes]], redis_url: str, prefix: str) -> None:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    children.append(
+        subprocess.Popen(
+            [sys.executable, "-c", CHILD, redis_url, prefix],
+            env=env,
+            cwd=str(REPO),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+    )
 
 
 def most_at_once(intervals: list[tuple[int, int]]) -> int:
@@ -71,24 +74,20 @@ def most_at_once(intervals: list[tuple[int, int]]) -> int:
 
 
 def drain_in_two_processes(
-    store: Any, redis_url: str, prefix: str, children: list[subprocess.Popen[bytes]], jobs: int
+    store: Any,
+    redis_url: str,
+    prefix: str,
+    children: list[subprocess.Popen[bytes]],
+    jobs: int,
+    group_of: Callable[[int], str | None] = lambda n: None,
 ) -> list[tuple[int, int]]:
     """Enqueue ``jobs`` jobs, drain them with two worker processes; each run's (claim, ack)."""
     ids = [
-        store.enqueue(EnqueueRequest(name="Limited", queue=QUEUE, payload=n)).id
+        store.enqueue(EnqueueRequest(name="Limited", queue=QUEUE, payload=n, group=group_of(n))).id
         for n in range(jobs)
     ]
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
     for _ in range(2):
-        children.append(
-            subprocess.Popen(
-                [sys.executable, "-c", CHILD, redis_url, prefix],
-                env=env,
-                cwd=str(REPO),
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE,
-            )
-        )
+        spawn(children, redis_url, prefix)
 
     def drained() -> bool:
         for child in children:
@@ -128,3 +127,41 @@ def test_two_processes_never_exceed_the_queue_rate(
     )
     for i, start in enumerate(claims):
         assert bisect.bisect_left(claims, start + per_ms) - i <= limit, claims
+
+
+def test_two_processes_keep_the_group_and_queue_concurrency(
+    make_store: Any, redis_url: str, prefix: str, children: list[subprocess.Popen[bytes]]
+) -> None:
+    """Four groups, at most one running job per group and three in the queue."""
+    store = make_store(clock=system_clock)
+    store.set_queue_limits(QUEUE, concurrency=LIMIT, group_concurrency=1)
+    intervals = drain_in_two_processes(
+        store, redis_url, prefix, children, JOBS, group_of=lambda n: f"g{n % 4}"
+    )
+    assert most_at_once(intervals) == LIMIT
+    for g in range(4):
+        assert most_at_once(intervals[g::4]) == 1, f"group g{g}"
+
+
+def test_a_sigkilled_workers_slot_frees_when_its_lock_expires(
+    make_store: Any, redis_url: str, prefix: str, children: list[subprocess.Popen[bytes]]
+) -> None:
+    """A worker killed mid-run holds the queue's only slot until its lock expires, then the
+    next job runs elsewhere: no stall recovery needed (it would come 60 s later)."""
+    store = make_store(clock=system_clock)
+    store.set_queue_limits(QUEUE, concurrency=1)
+    hung = store.enqueue(EnqueueRequest(name="Limited", queue=QUEUE, payload="hang")).id
+    spawn(children, redis_url, prefix)
+    eventually(lambda: store.get_job(hung).state == "active", timeout=20, message="never ran")
+    lock_expires = int(store.client.hget(store.keys.job(hung), "lock_expires_at"))
+    children[0].send_signal(signal.SIGKILL)
+    children[0].wait(10)
+    after = store.enqueue(EnqueueRequest(name="Limited", queue=QUEUE, payload=1)).id
+    spawn(children, redis_url, prefix)
+    eventually(
+        lambda: store.get_job(after).state == "completed", timeout=20, message="slot stayed taken"
+    )
+    (attempt,) = store.get_attempts(after)
+    assert attempt.started_at is not None and attempt.started_at >= lock_expires
+    # The killed run was never recovered: its expired lock alone freed the slot.
+    assert store.get_job(hung).state == "active"

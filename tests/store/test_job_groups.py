@@ -11,7 +11,6 @@ from store import (
     Claimed,
     Complete,
     Empty,
-    EnqueueRequest,
     Fail,
     FakeClock,
     InvalidRequestError,
