@@ -74,6 +74,7 @@ else:
         from django_tasks.signals import task_enqueued, task_finished, task_started
         from django_tasks.utils import normalize_json
 
+from store.codec import check_group
 from store.errors import InvalidRequestError, JobStoreError
 from store.jobs import Job, current_job, unrecoverable
 from store.protocol import JobStore
@@ -152,14 +153,25 @@ class StoreTask(Task):
     (``InvalidTask`` on Django 6, ``InvalidTaskError`` with the backport).  Django 6.0's
     ``@task`` takes no such arguments: there, a second ``TASKS`` alias with other
     ``OPTIONS`` (``@task(backend="retrying")``) gives a group of tasks other options.
+
+    ``group`` puts each enqueued run in a job group of its queue (docs/flow-control.md):
+    a fixed name, or a function called with the task's arguments that returns the name
+    or None (``@task(group=lambda tenant_id, **kw: f"tenant-{tenant_id}")``).  Groups
+    take turns at claims and the queue's group limits apply per group.
     """
 
     enqueue_on_commit: bool | None = None
     attempts: int | None = None
     backoff: BackoffPolicy | None = None
     timeout_ms: int | None = None
+    group: str | Callable[..., str | None] | None = None
 
     def __post_init__(self) -> None:
+        if self.group is not None and not callable(self.group):
+            try:
+                check_group(self.group)
+            except InvalidRequestError as exc:
+                raise InvalidTaskError(f"group: {exc}") from exc
         # A mapping becomes the store's (frozen, hashable) policy; a bad one is an InvalidTask.
         if self.backoff is not None and not isinstance(self.backoff, BackoffPolicy):
             try:
@@ -180,6 +192,14 @@ def _own(task: Task, name: str, default: Any) -> Any:
     """The task's own store option ``name`` (a StoreTask field), else the backend's."""
     value = getattr(task, name, None)
     return default if value is None else value
+
+
+def _task_group(task: Task, args: list[Any], kwargs: dict[str, Any]) -> str | None:
+    """The job group of one enqueue of ``task`` (its ``group`` option; None: no group)."""
+    group = getattr(task, "group", None)
+    if callable(group):
+        group = group(*args, **kwargs)
+    return group
 
 
 def _ms_to_dt(ms: int | None) -> datetime | None:
@@ -355,6 +375,7 @@ class StoreBackend(BaseTaskBackend):
             keep=self.keep,
             timeout_ms=_own(task, "timeout_ms", self.timeout_ms),
             delay_ms=delay,
+            group=_task_group(task, args, kwargs),
         )
 
     def _insert(self, store: JobStore, request: EnqueueRequest) -> str:

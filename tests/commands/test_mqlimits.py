@@ -116,8 +116,8 @@ def test_throttled_until_and_active_are_shown(one: RedisJobStore) -> None:
         (["mails", "--concurrency", "2", "--rate", "x"], "a rate looks like N/PERIOD"),
         (["mails", "--concurrency", "2", "--clear"], "cannot be combined"),
         (["--concurrency", "2"], "name the QUEUE"),
-        (["mails", "--concurrency", "2", "--group-concurrency", "1"], "job groups"),
-        (["mails", "--group-rate", "1/s"], "job groups"),
+        (["mails", "--concurrency", "2", "--group-concurrency", "0"], "at least 1"),
+        (["mails", "--group-rate", "1/fortnight"], "a rate looks like N/PERIOD"),
         (["mails", "--concurrency", "2", "--store", "nope"], "nope"),
     ],
 )
@@ -138,3 +138,17 @@ def test_several_stores_need_store_to_change(two: RedisJobStore) -> None:
     rows = run().splitlines()[1:]
     assert [row.split()[:2] for row in rows] == [["side", "mails"]]
     assert run("--store", "main").strip() == "no limited queues"
+
+
+def test_group_limits_are_set_kept_and_removed(one: RedisJobStore) -> None:
+    run("mails", "--group-concurrency", "1", "--group-rate", "10/min")
+    limits = one.queue_limits("mails")
+    assert (limits.group_concurrency, limits.group_rate) == (1, Rate(10, 60_000))
+    row = run("mails").splitlines()[1].split()
+    assert row[2:6] == ["0/-", "-", "1", "10/min"]
+    run("mails", "--concurrency", "3")
+    assert one.queue_limits("mails").group_concurrency == 1
+    run("mails", "--group-concurrency", "none")
+    limits = one.queue_limits("mails")
+    assert (limits.concurrency, limits.group_concurrency) == (3, None)
+    assert limits.group_rate == Rate(10, 60_000)

@@ -87,6 +87,15 @@ def fails_once(context: TaskContext) -> str:
     return f"attempt {context.attempt}"
 
 
+def tenant_group(tenant: int, **_: Any) -> str:
+    return f"tenant-{tenant}"
+
+
+@_task(store_options=True, group=tenant_group)
+def per_tenant(tenant: int, amount: int = 0) -> int:
+    return amount
+
+
 @_task(store_options=True, enqueue_on_commit=True)
 def on_commit_task() -> str:
     return "committed"

@@ -462,6 +462,41 @@ def test_bad_task_store_options_are_refused_when_the_task_is_defined(
 
 
 @needs_task_options
+def test_a_task_group_reaches_the_job_and_the_queue_limits_apply(main_store: Any) -> None:
+    first = c.per_tenant.enqueue(7, amount=1)
+    second = c.per_tenant.enqueue(tenant=7, amount=2)
+    other = c.per_tenant.enqueue(8)
+    assert [main_store.get_job(r.id).group for r in (first, second, other)] == [
+        "tenant-7",
+        "tenant-7",
+        "tenant-8",
+    ]
+    fixed = task(group="nightly")(c.add.func).enqueue(1, 2)
+    assert main_store.get_job(fixed.id).group == "nightly"
+    # Queue limits apply to tasks like any job: one run per tenant at a time.
+    queue = c.per_tenant.queue_name
+    main_store.set_queue_limits(queue, group_concurrency=1)
+    try:
+        names = [c.per_tenant.module_path]
+        taken = []
+        for token in ("a", "b", "c"):
+            got = main_store.claim(queue=queue, names=names, token=token, lock_duration_ms=30_000)
+            taken.append(getattr(got, "job", None))
+        groups = [j.group for j in taken if j is not None]
+        assert sorted(groups) == ["tenant-7", "tenant-8"]
+        assert taken[2] is None
+    finally:
+        main_store.clear_queue_limits(queue)
+
+
+@needs_task_options
+@pytest.mark.parametrize("group", ["", "a\0b", 42])
+def test_a_bad_task_group_is_refused_when_the_task_is_defined(group: Any) -> None:
+    with pytest.raises(InvalidTaskError, match="group"):
+        task(group=group)(c.add.func)
+
+
+@needs_task_options
 def test_unknown_task_options_are_a_type_error() -> None:
     with pytest.raises(TypeError):
         task(retries=3)(c.add.func)

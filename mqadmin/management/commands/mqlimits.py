@@ -69,10 +69,12 @@ class Command(BaseCommand):
             help="claims per period: 100/s, 10/min, 5/h, 20/250ms, or 'none'",
         )
         parser.add_argument(
-            "--group-concurrency", metavar="N", help="per job group (needs job groups)"
+            "--group-concurrency",
+            metavar="N",
+            help="claimed jobs at once per job group (EnqueueRequest.group), or 'none'",
         )
         parser.add_argument(
-            "--group-rate", metavar="N/PERIOD", help="per job group (needs job groups)"
+            "--group-rate", metavar="N/PERIOD", help="claims per period per job group, or 'none'"
         )
         parser.add_argument("--clear", action="store_true", help="remove every limit of QUEUE")
 
@@ -143,7 +145,16 @@ class Command(BaseCommand):
         if not rows:
             self.stdout.write("no limited queues")
             return
-        header = ("store", "queue", "active/concurrency", "rate", "waiting", "throttled until")
+        header = (
+            "store",
+            "queue",
+            "active/concurrency",
+            "rate",
+            "group concurrency",
+            "group rate",
+            "waiting",
+            "throttled until",
+        )
         lines = [header]
         for name, limits, now in rows:
             concurrency = "-" if limits.concurrency is None else str(limits.concurrency)
@@ -153,6 +164,8 @@ class Command(BaseCommand):
                     limits.queue,
                     f"{limits.active}/{concurrency}" if limits.limited else "not limited",
                     rate_text(limits.rate),
+                    "-" if limits.group_concurrency is None else str(limits.group_concurrency),
+                    rate_text(limits.group_rate),
                     str(limits.waiting),
                     format_until(limits.throttled_until, now),
                 )
