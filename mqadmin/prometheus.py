@@ -24,9 +24,13 @@ Families (labels):
   family has no sample for a queue without that kind of limit);
 * ``mq_queue_active_claims{store,queue}`` claims holding a slot of a limited
   queue now (counted by lock expiry);
-* ``mq_queue_throttled{store,queue}`` 1 while the limits admit no claim.
+* ``mq_queue_throttled{store,queue}`` 1 while the limits admit no claim;
+* ``mq_queue_limit_group_concurrency{store,queue}`` and
+  ``mq_queue_limit_group_rate_per_second{store,queue}`` the per-group limits;
+* ``mq_queue_groups{store,queue}`` job groups with waiting jobs and
+  ``mq_queue_groups_held{store,queue}`` those the group limits hold back now.
 
-The four queue-limit families cover at most :data:`LIMITED_PER_STORE` limited
+The queue-limit families cover at most :data:`LIMITED_PER_STORE` limited
 queues per store (the first by name): ``limited_queues()`` reads the limits hash
 in HSCAN pages, then each of those queues costs one pipeline.
 """
@@ -109,6 +113,26 @@ class StoreCollector(Collector):
             "1 while the queue's limits admit no claim (throttled_until in the future).",
             labels=["store", "queue"],
         )
+        limit_group_concurrency = GaugeMetricFamily(
+            "mq_queue_limit_group_concurrency",
+            "Concurrency limit of each job group of the queue.",
+            labels=["store", "queue"],
+        )
+        limit_group_rate = GaugeMetricFamily(
+            "mq_queue_limit_group_rate_per_second",
+            "Rate limit of each job group of the queue, in claims per second.",
+            labels=["store", "queue"],
+        )
+        groups = GaugeMetricFamily(
+            "mq_queue_groups",
+            "Job groups of a limited queue that have waiting jobs.",
+            labels=["store", "queue"],
+        )
+        groups_held = GaugeMetricFamily(
+            "mq_queue_groups_held",
+            "Job groups of the queue held back by the group limits now.",
+            labels=["store", "queue"],
+        )
         for name in services.configured_stores():
             try:
                 job_store = services.get_named_store(name)
@@ -140,14 +164,22 @@ class StoreCollector(Collector):
                 labels = [name, queue_limits.queue]
                 if queue_limits.concurrency is not None:
                     limit_concurrency.add_metric(labels, queue_limits.concurrency)
-                if queue_limits.rate is not None:
-                    rate = queue_limits.rate
-                    limit_rate.add_metric(labels, rate.limit * 1000 / rate.per_ms)
+                for family, rate in (
+                    (limit_rate, queue_limits.rate),
+                    (limit_group_rate, queue_limits.group_rate),
+                ):
+                    if rate is not None:
+                        family.add_metric(labels, rate.limit * 1000 / rate.per_ms)
+                if queue_limits.group_concurrency is not None:
+                    limit_group_concurrency.add_metric(labels, queue_limits.group_concurrency)
+                groups.add_metric(labels, queue_limits.groups)
+                groups_held.add_metric(labels, queue_limits.groups_held)
                 active_claims.add_metric(labels, queue_limits.active)
                 until = queue_limits.throttled_until
                 throttled.add_metric(labels, 1 if until is not None and until > now else 0)
         yield from (up, jobs, finished, oldest, workers, outbox, overdue, index_ready)
         yield from (limit_concurrency, limit_rate, active_claims, throttled)
+        yield from (limit_group_concurrency, limit_group_rate, groups, groups_held)
 
 
 def exposition() -> bytes:

@@ -63,6 +63,8 @@ class QueueLimits:
     ``waiting``: jobs of the queue waiting to be claimed; ``throttled_until``: when
     the limits next admit a claim if they admit none now (epoch ms; for a full
     queue the earliest lock expiry, unless an ack frees a slot sooner), else None.
+    ``groups``: job groups of the queue with waiting jobs; ``groups_held``: groups
+    whose limits hold them back now (see ``busiest_groups`` for which).
     """
 
     concurrency: int | None = None
@@ -73,6 +75,8 @@ class QueueLimits:
     throttled_until: int | None = None
     waiting: int = 0
     queue: str = ""
+    groups: int = 0
+    groups_held: int = 0
 
     @property
     def limited(self) -> bool:
@@ -231,7 +235,9 @@ class QueueLimitOperations:
             )
             pipe.hget(self.keys.limits_rate, queue)
             pipe.hget(self.keys.counts, f"{queue}|waiting")
-            settings, active, first, last, waiting = pipe.execute()
+            pipe.zcard(self.keys.group_sizes(queue))
+            pipe.zcard(self.keys.group_held(queue))
+            settings, active, first, last, waiting, groups, held = pipe.execute()
         concurrency, rate, group_concurrency, group_rate = decode_limits(settings)
         until: int | None = None
         if concurrency is not None and int(active) >= concurrency and first:
@@ -250,6 +256,8 @@ class QueueLimitOperations:
             active=int(active) if settings else 0,
             waiting=int(waiting or 0),
             throttled_until=until,
+            groups=int(groups),
+            groups_held=int(held),
         )
 
     # -------------------------------------------------------- job groups

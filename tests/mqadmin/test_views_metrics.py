@@ -170,6 +170,8 @@ def test_queue_limit_families_cover_limited_queues_only(
     assert samples["mq_queue_limit_rate_per_second"] == {emails: 1 / 3600, reports: 80}
     assert samples["mq_queue_active_claims"] == {emails: 1, reports: 0}
     assert samples["mq_queue_throttled"] == {emails: 1, reports: 0}
+    assert samples["mq_queue_groups"] == {emails: 0, reports: 0}
+    assert "mq_queue_limit_group_concurrency" not in samples
 
     main.clear_queue_limits("emails")
     settings.MQ_STORES = {"main": settings.MQ_STORES["main"]}
@@ -403,3 +405,19 @@ def test_metrics_page_says_when_it_shows_only_some_names(
     assert 'data-job-name="Alpha"' in html and 'data-job-name="Beta"' in html
     assert 'data-job-name="Gamma"' not in html
     assert "Showing the first 2 of 3 job names" in html
+
+
+def test_group_limit_families(stores: Stores, viewer: Client) -> None:
+    main = stores.main
+    main.set_queue_limits("tenants", group_concurrency=1, group_rate=Rate(30, 60_000))
+    for group in ("a", "a", "b"):
+        main.enqueue(EnqueueRequest(name="SendEmail", queue="tenants", group=group))
+    for token in ("t1", "t2", "t3"):
+        main.claim("tenants", names=["SendEmail"], token=token, lock_duration_ms=60_000)
+    samples = scrape(viewer)
+    tenants = labels(store="main", queue="tenants")
+    assert samples["mq_queue_limit_group_concurrency"] == {tenants: 1}
+    assert samples["mq_queue_limit_group_rate_per_second"] == {tenants: 0.5}
+    # Group "a" has one waiting job and its one slot taken: held back.
+    assert samples["mq_queue_groups"] == {tenants: 1}
+    assert samples["mq_queue_groups_held"] == {tenants: 1}
