@@ -29,21 +29,23 @@ local function consider(member)
   end
 end
 
+-- Each name's waiting set and its set of grouped waiting jobs (lib/limits.lua).
 for i = 4, #ARGV do
-  local key = k_waiting(queue, ARGV[i])
-  local page = redis.call('ZRANGE', key, 0, per_level - 1, 'WITHSCORES')
-  local levels = 0
-  while #page > 0 do
-    levels = levels + 1
-    local level_score = page[2]
-    for j = 1, #page, 2 do
-      if page[j + 1] == level_score then consider(page[j]) end
+  for _, key in ipairs({ k_waiting(queue, ARGV[i]), K_LIMIT.gwaiting .. queue .. NUL .. ARGV[i] }) do
+    local page = redis.call('ZRANGE', key, 0, per_level - 1, 'WITHSCORES')
+    local levels = 0
+    while #page > 0 do
+      levels = levels + 1
+      local level_score = page[2]
+      for j = 1, #page, 2 do
+        if page[j + 1] == level_score then consider(page[j]) end
+      end
+      if levels >= max_levels then
+        if redis.call('ZCOUNT', key, '(' .. level_score, '+inf') > 0 then truncated = '1' end
+        break
+      end
+      page = redis.call('ZRANGEBYSCORE', key, '(' .. level_score, '+inf', 'WITHSCORES', 'LIMIT', 0, per_level)
     end
-    if levels >= max_levels then
-      if redis.call('ZCOUNT', key, '(' .. level_score, '+inf') > 0 then truncated = '1' end
-      break
-    end
-    page = redis.call('ZRANGEBYSCORE', key, '(' .. level_score, '+inf', 'WITHSCORES', 'LIMIT', 0, per_level)
   end
 end
 return { best_id or '', best_run and string.format('%d', best_run) or '', examined, truncated }

@@ -277,3 +277,11 @@ def test_100000_groups_claim_with_the_same_commands_as_ten(
     # Each claim looks at one group's head whatever the number of groups: the same
     # commands per claim (sorted-set operations, O(log groups) each).
     assert many <= few + 1, (few, many)
+
+
+def test_oldest_waiting_sees_grouped_jobs(store: RedisJobStore, clock: FakeClock) -> None:
+    grouped = put(store, "g")[0]
+    clock.advance(1_000)
+    put(store, None)
+    oldest = store.oldest_waiting(Q)
+    assert oldest is not None and oldest.id == grouped
