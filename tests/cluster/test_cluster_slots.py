@@ -153,6 +153,21 @@ def test_every_store_script_runs_and_succeeds_on_a_cluster_store(
     again = _claim(store, "Capped", queue="capped", token="cap-2")
     store.ack(again.id, "cap-2", Complete(None))
 
+    # job groups: turns, a group held by its limit, busiest groups, the slot freed by an ack
+    store.set_queue_limits("tenants", group_concurrency=1, group_rate=Rate(100, per_ms=1000))
+    for group in ("a", "a", "b"):
+        store.enqueue(EnqueueRequest(name="Capped", queue="tenants", group=group))
+    first = _claim(store, "Capped", queue="tenants", token="g1")
+    second = _claim(store, "Capped", queue="tenants", token="g2")
+    assert {first.group, second.group} == {"a", "b"}
+    held = store.claim(queue="tenants", names=["Capped"], token="g3")
+    assert isinstance(held, Empty) and held.throttled == "group"
+    assert store.busiest_groups("tenants").total == 1
+    store.ack(first.id, "g1", Complete(None))
+    store.ack(second.id, "g2", Complete(None))
+    store.clear_queue_limits("tenants")
+    store.ack(_claim(store, "Capped", queue="tenants", token="g3").id, "g3", Complete(None))
+
     # schedules: upsert, tick, advance, remove
     schedule = store.upsert_schedule(
         ScheduleRecord(
