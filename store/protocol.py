@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     from store.eviction import EvictionStatus
-    from store.flow_control import QueueLimits, Rate
+    from store.flow_control import BusiestGroups, GroupUsage, QueueLimits, Rate, WaitReason
     from store.indexes import IndexSummary
     from store.insights import (
         DedupeOwner,
@@ -208,6 +208,12 @@ class JobStore(Protocol):
     def clear_queue_limits(self, queue: str) -> None: ...
 
     def limited_queues(self) -> builtins.list[str]: ...
+
+    def busiest_groups(self, queue: str, *, limit: int = 10) -> BusiestGroups: ...
+
+    def group_usage(self, queue: str, group: str) -> GroupUsage: ...
+
+    def wait_reason(self, job: Any) -> WaitReason | None: ...
 
     # -- schedules
 
