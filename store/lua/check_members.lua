@@ -41,8 +41,8 @@ elseif kind == 'byname' then key = k_byname(a)
 elseif kind == 'byqueue' then key = k_byqueue(a)
 elseif kind == 'limitactive' then key = K_LIMIT.active .. a
 elseif kind == 'groupwaiting' then key = K_LIMIT.gwaiting .. a .. NUL .. b
-elseif kind == 'groupwait' then key = LIMITS.gwait(a, b)
-elseif kind == 'groupactive' then key = LIMITS.gactive(a, b)
+elseif kind == 'groupwait' then key = K_LIMIT.gwait .. a .. NUL .. b
+elseif kind == 'groupactive' then key = K_LIMIT.gactive .. a .. NUL .. b
 else return redis.error_reply('check_members: unknown set kind ' .. kind) end
 chunked = kind == 'all' or kind == 'byname' or kind == 'byqueue'
 

@@ -22,7 +22,7 @@ for i = 3, #ARGV, 2 do
     -- A claim of a limited queue holds its slot (and its group's) while the lock lives.
     if f[5] == '1' then
       redis.call('ZADD', K_LIMIT.active .. f[4], expires, id)
-      if f[6] then redis.call('ZADD', LIMITS.gactive(f[4], f[6]), expires, id) end
+      if f[6] then redis.call('ZADD', K_LIMIT.gactive .. f[4] .. NUL .. f[6], expires, id) end
     end
   end
 end

@@ -94,7 +94,8 @@ local function claim_next(now, token, lock_ms, queue, names)
     if groups then
       local c, again = LIMITS.pick(queue, handled, lim, now)
       if c and (best_member == nil or c.score < best_score or (c.score == best_score and c.member < best_member)) then
-        best_key, best_member, best_score, group = c.key, c.member, c.score, c.group
+        -- (best_key stays: a grouped job leaves its sets through LIMITS.group_rem.)
+        best_member, best_score, group = c.member, c.score, c.group
       elseif again and not best_member then
         return { 'again', '' }
       end

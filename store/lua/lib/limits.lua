@@ -108,7 +108,7 @@ function LIMITS.leave(id, queue, now, group)
   if redis.call('ZREM', K_LIMIT.active .. queue, id) == 1 then
     LIMITS.freed[queue] = now or false
   end
-  if group and redis.call('ZREM', LIMITS.gactive(queue, group), id) == 1 then
+  if group and redis.call('ZREM', K_LIMIT.gactive .. queue .. NUL .. group, id) == 1 then
     LIMITS.unhold(queue, group)
     LIMITS.freed[queue] = now or false
   end
@@ -161,8 +161,6 @@ end
 -- before it hands back 'again'; held groups one claim brings back.
 LIMITS.GROUP_SCAN, LIMITS.GROUP_RELEASE = 20, 100
 
-function LIMITS.gwait(queue, group) return K_LIMIT.gwait .. queue .. NUL .. group end
-function LIMITS.gactive(queue, group) return K_LIMIT.gactive .. queue .. NUL .. group end
 
 -- Whether lim limits groups.
 function LIMITS.grouped(lim) return lim ~= nil and (lim.gconc ~= nil or lim.grate_limit ~= nil) end
@@ -176,7 +174,7 @@ end
 -- A grouped job starts waiting (score and member as in the waiting sets).  A
 -- group that had none waiting takes the last turn, unless it is held.
 function LIMITS.group_add(queue, name, group, score, member)
-  local gk = LIMITS.gwait(queue, group)
+  local gk = K_LIMIT.gwait .. queue .. NUL .. group
   redis.call('ZADD', gk, score, member)
   redis.call('ZADD', K_LIMIT.gwaiting .. queue .. NUL .. name, score, member)
   local size = redis.call('ZCARD', gk)
@@ -191,7 +189,7 @@ end
 -- nil for a dangling member.  A group left without waiting jobs leaves the
 -- turns; when taken is true the group had its turn and goes to the back.
 function LIMITS.group_rem(queue, name, group, member, taken)
-  local gk = LIMITS.gwait(queue, group)
+  local gk = K_LIMIT.gwait .. queue .. NUL .. group
   redis.call('ZREM', gk, member)
   if name then redis.call('ZREM', K_LIMIT.gwaiting .. queue .. NUL .. name, member) end
   local left = redis.call('ZCARD', gk)
@@ -216,14 +214,14 @@ function LIMITS.group_row(queue, name, group, member, fix)
     redis.call('ZADD', K_LIMIT.turns .. queue, LIMITS.back(queue), group)
     redis.call('HSET', K_LIMIT.settings, NUL .. queue, '1')
   end
-  return placed and redis.call('ZSCORE', LIMITS.gwait(queue, group), member)
+  return placed and redis.call('ZSCORE', K_LIMIT.gwait .. queue .. NUL .. group, member)
     and redis.call('ZSCORE', K_LIMIT.gwaiting .. queue .. NUL .. name, member) and true or false
 end
 
 -- A held group takes a turn again (if it still has waiting jobs).
 function LIMITS.unhold(queue, group)
   if redis.call('ZREM', K_LIMIT.held .. queue, group) == 1
-      and redis.call('EXISTS', LIMITS.gwait(queue, group)) == 1 then
+      and redis.call('EXISTS', K_LIMIT.gwait .. queue .. NUL .. group) == 1 then
     redis.call('ZADD', K_LIMIT.turns .. queue, 'NX', LIMITS.back(queue), group)
   end
 end
@@ -232,7 +230,7 @@ end
 function LIMITS.group_until(lim, queue, group, now)
   local until_ms
   if lim.gconc then
-    local ak = LIMITS.gactive(queue, group)
+    local ak = K_LIMIT.gactive .. queue .. NUL .. group
     local live = '(' .. LIMITS.fmt(now)
     if redis.call('ZCOUNT', ak, live, '+inf') >= lim.gconc then
       local first = redis.call('ZRANGEBYSCORE', ak, live, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
@@ -253,7 +251,7 @@ end
 -- turn whose limits admit a claim and whose head has a handled name (a head
 -- whose row is gone is returned too: the claim drops it).  Held groups that
 -- are due come back first (all of them, a page at a time, when the queue no
--- longer limits groups).  Returns a candidate {key, member, score, group} or
+-- longer limits groups).  Returns a candidate {member, score, group} or
 -- nil, and 'again' when the scan moved groups out of the turns without
 -- finding one (the caller claims again).
 function LIMITS.pick(queue, handled, lim, now)
@@ -271,7 +269,7 @@ function LIMITS.pick(queue, handled, lim, now)
   for _ = 1, LIMITS.GROUP_SCAN do
     local g = redis.call('ZRANGE', tk, at, at)[1]
     if not g then return nil end
-    local gk = LIMITS.gwait(queue, g)
+    local gk = K_LIMIT.gwait .. queue .. NUL .. g
     local top = redis.call('ZRANGE', gk, 0, 0, 'WITHSCORES')
     local until_ms = #top > 0 and limited and LIMITS.group_until(lim, queue, g, now)
     if #top == 0 then
@@ -285,7 +283,7 @@ function LIMITS.pick(queue, handled, lim, now)
     else
       local name = redis.call('HGET', k_job(string.sub(top[1], WAITING_SEQ_WIDTH + 1)), 'name')
       if not name or handled[name] then
-        return { key = gk, member = top[1], score = tonumber(top[2]), group = g }
+        return { member = top[1], score = tonumber(top[2]), group = g }
       end
       at = at + 1
     end
@@ -303,7 +301,7 @@ end
 -- Count a claim of a grouped job against its group's limits.
 function LIMITS.group_take(lim, queue, group, id, expires, now)
   if lim.gconc then
-    local ak = LIMITS.gactive(queue, group)
+    local ak = K_LIMIT.gactive .. queue .. NUL .. group
     redis.call('ZREMRANGEBYSCORE', ak, '-inf', LIMITS.fmt(now))
     redis.call('ZADD', ak, expires, id)
     redis.call('HSET', k_job(id), 'lq', '1')

@@ -291,10 +291,11 @@ local function insert_job(id, r, dedupe_key, now, idx, seq, acc)
     rt = insert_route(queue, name)
   end
   local score, member, wkey, field
-  if state == 'waiting' and r.group ~= '' then
-    -- A grouped job waits in its group's sets, written at once (lib/limits.lua).
+  -- A grouped job waits in its group's sets, written at once (lib/limits.lua).
+  local grouped = state == 'waiting' and r.group ~= ''
+  if grouped then
     LIMITS.group_add(queue, name, r.group, -(tonumber(r.priority) or 0), waiting_member(seq, id))
-    wkey, field = nil, rt.waiting_field
+    field = rt.waiting_field
   elseif state == 'waiting' then
     wkey, score, member, field = rt.waiting, -(tonumber(r.priority) or 0), waiting_member(seq, id), rt.waiting_field
   else
@@ -308,7 +309,7 @@ local function insert_job(id, r, dedupe_key, now, idx, seq, acc)
     local len = redis.call('RPUSH', K_IXPEND, now_s, id, flags, queue, name)
     CZ_FOLDED = false
     if len >= CZ_HEAD_ROWS * CZ_HEAD_ROW_ITEMS then cz_fold() end
-    if wkey then redis.call('ZADD', wkey, score, member) end
+    if not grouped then redis.call('ZADD', wkey, score, member) end
     redis.call('HINCRBY', K_COUNTS, field, 1)
     -- Which job names each queue has seen (the dashboard's filters, oldest-waiting lookups).
     redis.call('SADD', K_QNAMES, rt.qname)
@@ -318,7 +319,7 @@ local function insert_job(id, r, dedupe_key, now, idx, seq, acc)
   acc_cz(acc, K_ALL, now_s, id)
   if string.byte(idx, 1) == 49 then acc_cz(acc, rt.byname, now_s, id) end
   if string.byte(idx, 2) == 49 then acc_cz(acc, rt.byqueue, now_s, id) end
-  if wkey then acc_zadd(acc, wkey, score, member) end
+  if not grouped then acc_zadd(acc, wkey, score, member) end
   acc.counts[field] = (acc.counts[field] or 0) + 1
   acc.qnames[rt.qname] = true
   acc.woken[queue] = true
