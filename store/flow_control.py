@@ -124,6 +124,17 @@ def decode_limits(
     )
 
 
+def rate_free_at(tat: str | None, rate: Rate, now: int) -> int | None:
+    """When a rate whose TAT is ``tat`` next admits a claim, if later than ``now`` (the
+    TAT's whole ms, lua/lib/limits.lua LIMITS.tat; an older plain last-claim time counts
+    one spacing on)."""
+    if not tat:
+        return None
+    whole, sep, _rest = tat.partition(":")
+    at = int(whole) if sep else int(tat) + rate.per_ms // rate.limit
+    return at if at > now else None
+
+
 def check_queue(queue: Any) -> str:
     if not isinstance(queue, str) or not queue:
         raise InvalidRequestError(f"a queue name must be a non-empty string, got {queue!r}")
@@ -242,10 +253,9 @@ class QueueLimitOperations:
         until: int | None = None
         if concurrency is not None and int(active) >= concurrency and first:
             until = int(first[0][1])
-        if rate is not None and last is not None:
-            last_ms = int(last)
-            if (now - last_ms) * rate.limit < rate.per_ms:
-                free_at = last_ms + -(-rate.per_ms // rate.limit)
+        if rate is not None:
+            free_at = rate_free_at(last, rate, now)
+            if free_at is not None:
                 until = free_at if until is None else max(until, free_at)
         return QueueLimits(
             queue=queue,
@@ -308,9 +318,9 @@ class QueueLimitOperations:
             if group_concurrency is not None and int(active) >= group_concurrency:
                 reason = "group full"
                 until = int(held) if held is not None else None
-            elif group_rate is not None and last is not None:
-                free_at = int(last) + -(-group_rate.per_ms // group_rate.limit)
-                if free_at > now:
+            elif group_rate is not None:
+                free_at = rate_free_at(last, group_rate, now)
+                if free_at is not None:
                     reason, until = "group rate", free_at
             out.append(
                 GroupUsage(

@@ -65,7 +65,7 @@ class StoreKeys:
         self.index_counts = f"{tag}:ixcount"
         self.index_pending = f"{tag}:ixpend"
         #: Flow control (store/flow_control.py): each limited queue's settings (field: the
-        #: queue), the time of its last rate-limited claim, and the queues a claim found at
+        #: queue), its rate's TAT (when the next claim may come), and the queues a claim found at
         #: their concurrency limit.  Field NUL + queue marks a queue that has job groups.
         self.limits = f"{tag}:limits"
         self.limits_rate = f"{tag}:limits:rate"
@@ -119,8 +119,12 @@ class StoreKeys:
         return f"{self.tag}:groups:size:{queue}"
 
     def group_rate(self, queue: str) -> str:
-        """Each group's last rate-limited claim (ms), for the queue's group rate."""
+        """Each group's last rate-limited claim (ms), to forget its TAT a period later."""
         return f"{self.tag}:groups:rate:{queue}"
+
+    def group_tat(self, queue: str) -> str:
+        """Each group's rate TAT ("<ms>:<remainder>", see lua/lib/limits.lua LIMITS.tat)."""
+        return f"{self.tag}:groups:tat:{queue}"
 
     def delayed(self, queue: str) -> str:
         return f"{self.tag}:delayed:{queue}"

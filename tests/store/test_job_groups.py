@@ -285,3 +285,16 @@ def test_oldest_waiting_sees_grouped_jobs(store: RedisJobStore, clock: FakeClock
     put(store, None)
     oldest = store.oldest_waiting(Q)
     assert oldest is not None and oldest.id == grouped
+
+
+def test_a_group_rate_above_one_claim_per_millisecond(
+    store: RedisJobStore, clock: FakeClock
+) -> None:
+    store.set_queue_limits(Q, group_rate=Rate(3_000, per_ms=1_000))
+    put(store, "a", 7)
+    assert [claimed_group(store) for _ in range(3)] == ["a", "a", "a"]
+    held = take(store)
+    assert isinstance(held, Empty) and held.throttled == "group"
+    assert held.throttled_until == clock.now_ms() + 1
+    clock.advance(1)
+    assert [claimed_group(store) for _ in range(3)] == ["a", "a", "a"]

@@ -49,6 +49,7 @@ PAIRS: list[tuple[Any, str]] = [
     (lambda k: k.group_turns(QUEUE), "K_LIMIT.turns .. ARGV[2]"),
     (lambda k: k.group_held(QUEUE), "K_LIMIT.held .. ARGV[2]"),
     (lambda k: k.group_rate(QUEUE), "K_LIMIT.grate .. ARGV[2]"),
+    (lambda k: k.group_tat(QUEUE), "K_LIMIT.gtat .. ARGV[2]"),
     (lambda k: k.group_sizes(QUEUE), "K_LIMIT.gsize .. ARGV[2]"),
     (lambda k: k.index_seq, "k_ixseq()"),
     (lambda k: k.index_counts, "k_ixcount()"),

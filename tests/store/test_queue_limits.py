@@ -262,10 +262,36 @@ def test_rate_with_a_fractional_spacing(store: RedisJobStore, clock: FakeClock) 
     store.set_queue_limits(Q, rate=Rate(3, per_ms=1000))
     claim_job(store, queue=Q, token="a")
     blocked = claim_empty(store, queue=Q, token="b")
-    assert blocked.throttled_until == 334  # ceil(1000 / 3)
-    assert store.queue_limits(Q).throttled_until == 334
-    clock.set(334)
+    # The next claim may come at 333.33 ms: it passes in millisecond 333.
+    assert blocked.throttled_until == 333
+    assert store.queue_limits(Q).throttled_until == 333
+    clock.set(332)
+    claim_empty(store, queue=Q, token="b")
+    clock.set(333)
     claim_job(store, queue=Q, token="b")
+    # The third at 666.67 (ms 666), the fourth at exactly 1000: three in [0, 1000).
+    clock.set(666)
+    claim_job(store, queue=Q, token="c")
+    clock.set(999)
+    assert claim_empty(store, queue=Q, token="d").throttled_until == 1000
+    clock.set(1000)
+    claim_job(store, queue=Q, token="d")
+
+
+def test_a_rate_above_one_claim_per_millisecond(store: RedisJobStore, clock: FakeClock) -> None:
+    """5,000/s is five claims in a millisecond, not one (the spacing, 0.2 ms, is exact)."""
+    fill(store, 30)
+    store.set_queue_limits(Q, rate=Rate(5_000, per_ms=1_000))
+    for ms in range(4):
+        clock.set(100 + ms)
+        for i in range(5):
+            claim_job(store, queue=Q, token=f"t{ms}-{i}")
+        assert claim_empty(store, queue=Q, token="x").throttled_until == 101 + ms
+    # Idle time earns no burst: after a pause the claims are spaced again.
+    clock.set(500)
+    for i in range(5):
+        claim_job(store, queue=Q, token=f"late{i}")
+    assert claim_empty(store, queue=Q, token="y").throttled == "rate"
 
 
 def test_concurrency_and_rate_together(store: RedisJobStore, clock: FakeClock) -> None:

@@ -55,6 +55,7 @@ local function bind(tag)
   K_LIMIT.turns = B .. ':groups:turns:' -- .. queue
   K_LIMIT.held = B .. ':groups:held:' -- .. queue
   K_LIMIT.grate = B .. ':groups:rate:' -- .. queue
+  K_LIMIT.gtat = B .. ':groups:tat:' -- .. queue
   K_LIMIT.gsize = B .. ':groups:size:' -- .. queue
 end
 

@@ -11,10 +11,11 @@
 -- it.  Only members whose lock has not expired count, so a crashed worker's
 -- slot frees when its lock expires, before stall recovery runs.
 --
--- The rate is a GCRA without burst tolerance: the theoretical arrival time of
--- the next claim is the last claim plus per_ms / limit, compared in integers
--- ((now - last) * limit >= per_ms), so claims are spread evenly and no window
--- of per_ms ms, wherever it starts, holds more than limit claims.
+-- The rate is a GCRA without burst tolerance: a claim is admitted once the
+-- theoretical arrival time (TAT) is not after now, and moves it to
+-- max(TAT, now) + per_ms / limit (kept exactly, see LIMITS.tat), so claims
+-- are spread evenly and no window of per_ms ms, wherever it starts, holds
+-- more than limit claims.
 --
 -- One table holds the helpers (the joined library keeps its locals few).
 -- This file comes before owed.lua: with_owed, which ends every script that
@@ -41,11 +42,36 @@ function LIMITS.read(queue)
   }, groups
 end
 
--- The first ms at which the rate admits a claim (<= now: admits now).
+-- A rate's theoretical arrival time (TAT: when the next claim may come) is
+-- kept exactly as "<whole ms>:<remainder>", the remainder in 1/limit ms, so
+-- a spacing of per_ms / limit below a millisecond (5000/s: 0.2 ms) is exact
+-- and several claims may go in one millisecond.  A value without ':' is a
+-- last claim time (ms) written before; its TAT is one spacing later.
+-- Returns the TAT's whole ms and remainder, or nil.
+function LIMITS.tat(value, limit, per)
+  if not value then return nil end
+  local w, r = string.match(value, '^(%-?%d+):(%d+)$')
+  if w then return tonumber(w), tonumber(r) end
+  local last = tonumber(value)
+  if not last then return nil end
+  return last + (per - per % limit) / limit, per % limit
+end
+
+-- The TAT after a claim at now: max(TAT, now) + per / limit, as a value.
+function LIMITS.next_tat(value, limit, per, now)
+  local w, r = LIMITS.tat(value, limit, per)
+  if not w or w < now then w, r = now, 0 end
+  w, r = w + (per - per % limit) / limit, r + per % limit
+  if r >= limit then w, r = w + 1, r - limit end
+  return LIMITS.fmt(w) .. ':' .. LIMITS.fmt(r)
+end
+
+-- The first ms at which the rate admits a claim (<= now: admits now): the
+-- TAT's whole ms.  Claims are admitted while it is not after now.
 function LIMITS.rate_free_at(lim, queue, now)
-  local last = tonumber(redis.call('HGET', K_LIMIT.rate, queue) or '')
-  if not last or (now - last) * lim.rate_limit >= lim.rate_per then return now end
-  return last + math.ceil(lim.rate_per / lim.rate_limit)
+  local w = LIMITS.tat(redis.call('HGET', K_LIMIT.rate, queue), lim.rate_limit, lim.rate_per)
+  if not w or w <= now then return now end
+  return w
 end
 
 -- The earliest lock expiry among the claims that count, when they fill every
@@ -94,8 +120,9 @@ function LIMITS.take(lim, queue, id, expires, now)
   redis.call('ZADD', ak, expires, id)
   redis.call('HSET', k_job(id), 'lq', '1')
   if lim.rate_limit then
-    redis.call('HSET', K_LIMIT.rate, queue, LIMITS.fmt(now))
-    redis.call('HDEL', K_LIMIT.rate, NUL .. queue)
+    local rk = K_LIMIT.rate
+    redis.call('HSET', rk, queue, LIMITS.next_tat(redis.call('HGET', rk, queue), lim.rate_limit, lim.rate_per, now))
+    redis.call('HDEL', rk, NUL .. queue)
   end
 end
 
@@ -238,11 +265,8 @@ function LIMITS.group_until(lim, queue, group, now)
     end
   end
   if lim.grate_limit then
-    local last = tonumber(redis.call('ZSCORE', K_LIMIT.grate .. queue, group) or '')
-    if last and (now - last) * lim.grate_limit < lim.grate_per then
-      local free_at = last + math.ceil(lim.grate_per / lim.grate_limit)
-      if not until_ms or free_at > until_ms then until_ms = free_at end
-    end
+    local w = LIMITS.tat(redis.call('HGET', K_LIMIT.gtat .. queue, group), lim.grate_limit, lim.grate_per)
+    if w and w > now and (not until_ms or w > until_ms) then until_ms = w end
   end
   return until_ms
 end
@@ -307,10 +331,17 @@ function LIMITS.group_take(lim, queue, group, id, expires, now)
     redis.call('HSET', k_job(id), 'lq', '1')
   end
   if lim.grate_limit then
-    -- Last claims a period old no longer limit anything: forget a page of them.
-    local rk = K_LIMIT.grate .. queue
-    local old = redis.call('ZRANGEBYSCORE', rk, '-inf', LIMITS.fmt(now - lim.grate_per), 'LIMIT', 0, LIMITS.GROUP_RELEASE)
-    if #old > 0 then redis.call('ZREM', rk, unpack(old)) end
+    -- Each group's TAT (as for the queue's rate, in K_LIMIT.gtat) and the time
+    -- of its last claim (K_LIMIT.grate).  A TAT is past a period and a
+    -- millisecond after its claim: a page of those is forgotten each time.
+    local rk, tk = K_LIMIT.grate .. queue, K_LIMIT.gtat .. queue
+    local old = redis.call('ZRANGEBYSCORE', rk, '-inf', LIMITS.fmt(now - lim.grate_per - 1),
+      'LIMIT', 0, LIMITS.GROUP_RELEASE)
+    if #old > 0 then
+      redis.call('ZREM', rk, unpack(old))
+      redis.call('HDEL', tk, unpack(old))
+    end
+    redis.call('HSET', tk, group, LIMITS.next_tat(redis.call('HGET', tk, group), lim.grate_limit, lim.grate_per, now))
     redis.call('ZADD', rk, now, group)
   end
 end
