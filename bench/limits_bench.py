@@ -100,6 +100,13 @@ CLAIM_VARIANTS: dict[str, dict[str, Any]] = {
     "concurrency=1000": {"concurrency": 1000},
     "rate=10⁹/s": {"rate": _RATE},
     "concurrency=1000 + rate=10⁹/s": {"concurrency": 1000, "rate": _RATE},
+    # Job groups (``groups``: the jobs are spread over that many groups, round robin).
+    "1,000 groups, no limits": {"groups": 1000},
+    "1,000 groups + group_concurrency=1000 + group_rate=10⁹/s": {
+        "groups": 1000,
+        "group_concurrency": 1000,
+        "group_rate": _RATE,
+    },
 }
 #: The claims runs: name -> (the store's clock steps 1 ms a read, claims per window).
 CLAIM_PASSES: dict[str, tuple[bool, int]] = {
@@ -109,10 +116,18 @@ CLAIM_PASSES: dict[str, tuple[bool, int]] = {
 }
 
 
-def _enqueue(jobs: RedisJobStore, n: int) -> None:
+def _enqueue(jobs: RedisJobStore, n: int, groups: int = 0) -> None:
     for part in chunks(n):
         jobs.enqueue_many(
-            [EnqueueRequest(name=NAME, queue=QUEUE, payload=payload(i)) for i in part]
+            [
+                EnqueueRequest(
+                    name=NAME,
+                    queue=QUEUE,
+                    payload=payload(i),
+                    group=f"g{i % groups}" if groups else None,
+                )
+                for i in part
+            ]
         )
 
 
@@ -217,8 +232,10 @@ def claim_run(
     """One claims run (CLAIM_PASSES[how]) of ``n`` jobs after ``warmup`` unmeasured ones."""
     stepping, window = CLAIM_PASSES[how]
     jobs = RedisJobStore(connect(url), prefix=prefix, clock=StepClock() if stepping else None)
+    limits = dict(limits)
+    groups = limits.pop("groups", 0)
     try:
-        _enqueue(jobs, warmup + n)
+        _enqueue(jobs, warmup + n, groups)
         if limits:
             jobs.set_queue_limits(QUEUE, **limits)
         _claim_loop(jobs, warmup, 0, 1, None)
