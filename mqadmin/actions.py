@@ -215,6 +215,8 @@ class Verb:
     removes: bool = False
     #: Extra form fields: name -> a factory of the Django form field.
     fields: Mapping[str, Callable[[], Any]] = field(default_factory=dict)
+    #: What the extra fields mean, shown with them ("" for none).
+    help: str = ""
 
     def __post_init__(self) -> None:
         if not self.key:
@@ -326,6 +328,9 @@ class RateField(forms.CharField):
         kwargs.setdefault("required", False)
         kwargs.setdefault("max_length", 40)
         kwargs.setdefault("help_text", RATE_HELP)
+        kwargs.setdefault(
+            "widget", forms.TextInput(attrs={"placeholder": "no limit", "title": RATE_HELP})
+        )
         super().__init__(**kwargs)
 
     def clean(self, value: Any) -> str:
@@ -336,42 +341,75 @@ class RateField(forms.CharField):
             return format_rate(parse_rate(text))
         except ValueError as exc:
             raise ValidationError(
-                "Rate “%(text)s”: %(detail)s.", params={"text": text[:40], "detail": exc}
+                "%(label)s “%(text)s”: %(detail)s.",
+                params={"label": self.label or "Rate", "text": text[:40], "detail": exc},
             ) from None
 
 
-def _concurrency_field() -> forms.IntegerField:
-    return forms.IntegerField(required=False, min_value=1, max_value=1_000_000_000)
+def _concurrency_field(label: str = "Concurrency") -> forms.IntegerField:
+    field = forms.IntegerField(required=False, min_value=1, max_value=1_000_000_000, label=label)
+    field.widget.attrs["placeholder"] = "no limit"
+    return field
+
+
+def _group_concurrency_field() -> forms.IntegerField:
+    return _concurrency_field("Group concurrency")
+
+
+def _group_rate_field() -> RateField:
+    return RateField(label="Group rate")
+
+
+#: The "Set limits" form's fields, in form order: (field, how the result message says it).
+LIMIT_FIELDS: tuple[tuple[str, str], ...] = (
+    ("concurrency", "at most {} running"),
+    ("rate", "rate {}"),
+    ("group_concurrency", "at most {} running per group"),
+    ("group_rate", "group rate {}"),
+)
+
+
+def limits_initial(limits: Any) -> dict[str, Any]:
+    """The "Set limits" form's values for a queue's current limits (``queue_limits()``).
+
+    Every field is present: a blank one (None) means no limit of that kind, which is
+    what submitting it blank sets (the call replaces all four).
+    """
+    return {
+        "concurrency": limits.concurrency,
+        "rate": format_rate(limits.rate) if limits.rate is not None else None,
+        "group_concurrency": limits.group_concurrency,
+        "group_rate": format_rate(limits.group_rate) if limits.group_rate is not None else None,
+    }
 
 
 def _set_limits(
     job_store: Any, store_name: str, queue: str, values: Mapping[str, Any]
 ) -> ActionResult:
-    concurrency = values.get("concurrency")
-    rate_text = values.get("rate") or ""
-    if concurrency is None and not rate_text:
+    given = {
+        name: value
+        for name, _ in LIMIT_FIELDS
+        if (value := values.get(name)) is not None and value != ""
+    }
+    if not given:
         return ActionResult(
             False,
-            f"Cannot set limits of queue “{queue}”: give a concurrency, a rate or both "
-            "(“Clear limits” removes them).",
+            f"Cannot set limits of queue “{queue}”: give at least one of concurrency, rate, "
+            "group concurrency and group rate (“Clear limits” removes them all).",
         )
     try:
         job_store.set_queue_limits(
             queue,
-            concurrency=concurrency,
-            rate=parse_rate(rate_text) if rate_text else None,
+            concurrency=given.get("concurrency"),
+            rate=parse_rate(given["rate"]) if "rate" in given else None,
+            group_concurrency=given.get("group_concurrency"),
+            group_rate=parse_rate(given["group_rate"]) if "group_rate" in given else None,
         )
     except (InvalidRequestError, ValueError) as exc:
         return ActionResult(False, f"Cannot set limits of queue “{queue}”: {exc}")
-    said = " and ".join(
-        part
-        for part in (
-            f"at most {concurrency} running" if concurrency is not None else "",
-            f"rate {rate_text}" if rate_text else "",
-        )
-        if part
-    )
-    return ActionResult(True, f"Limited queue “{queue}” of {store_name}: {said}.")
+    said = [words.format(given[name]) for name, words in LIMIT_FIELDS if name in given]
+    listed = said[0] if len(said) == 1 else ", ".join(said[:-1]) + " and " + said[-1]
+    return ActionResult(True, f"Limited queue “{queue}” of {store_name}: {listed}.")
 
 
 def _clear_limits(
@@ -511,7 +549,16 @@ VERBS: tuple[Verb, ...] = (
         _set_limits,
         doing="change queue limits",
         style="secondary",
-        fields={"concurrency": _concurrency_field, "rate": RateField},
+        fields={
+            "concurrency": _concurrency_field,
+            "rate": RateField,
+            "group_concurrency": _group_concurrency_field,
+            "group_rate": _group_rate_field,
+        },
+        help=(
+            "Replaces all four limits: a blank field means no limit of that kind. "
+            f"Rates look like {RATE_HELP}."
+        ),
     ),
     Verb(
         QUEUE,

@@ -145,6 +145,15 @@ def _plain_text(value: str, label: str) -> str:
     return value
 
 
+def queue_name_problems(queue: str) -> list[str]:
+    """What is wrong with a queue name taken from a URL path (empty when nothing)."""
+    if len(queue) > MAX_TEXT:
+        return [f"A queue name is at most {MAX_TEXT} characters."]
+    if "\0" in queue:
+        return ["The queue cannot contain NUL characters."]
+    return []
+
+
 class JobFilterForm(forms.Form):
     """The explorer's query string: filters, order, page size and position."""
 

@@ -22,6 +22,7 @@ urlpatterns = [
     path("jobs/lookup/", views.lookup, name="lookup"),
     path("stores/<str:store>/jobs/<path:job_id>", views.job, name="job"),
     path("stores/<str:store>/flows/<path:flow_id>", views.flow, name="flow"),
+    path("stores/<str:store>/queues/<path:queue>", views.queue, name="queue"),
     path("failures/", views.failures, name="failures"),
     path("outbox/", views.outbox, name="outbox"),
     path("workers/", views.workers, name="workers"),

@@ -9,6 +9,7 @@ One module per page family, named like its view module, so a page is
 * flows: ``flow.html`` (a flow parent, a page of its children, why it waits);
 * operations: ``outbox.html``, ``failures.html``, ``workers.html``, ``indexes.html``,
   ``schedules.html`` and ``audit.html`` (the audit log reads the database only);
+* queue: ``queue.html`` (one queue's counts, limits and busiest job groups);
 * bulk: ``bulk.html`` (a verb on ticked jobs or on a filter's matches);
 * metrics: ``job_metrics.html`` (runs, failures and run times per job name).
 

@@ -1,4 +1,5 @@
-"""The job page (``views/job.py``, ``job_detail.html``): one job, its attempts, lock and dedupe.
+"""The job page (``views/job.py``, ``job_detail.html``): one job, its attempts, lock and dedupe,
+and why a waiting job waits.
 
 :func:`failure_of` reads the worker's failure shape out of an exit value; the flow
 page and the templates use it too.
@@ -85,6 +86,8 @@ class JobDetail:
     now: int
     timeline_start: int = 0
     timeline_end: int = 0
+    #: Why the waiting job is not claimed now (a pause or a limit), None when nothing holds it.
+    wait: Any | None = None
 
     @property
     def has_exit(self) -> bool:
@@ -115,6 +118,7 @@ def job_detail(store_name: str, job_id: str) -> JobDetail | None:
             if record.dedupe_key
             else None
         )
+        wait = job_store.wait_reason(record) if record.state == "waiting" else None
     now = job_store.now()
     parent_store = None
     if record.parent is not None and record.parent.parent_store_key in services.configured_stores():
@@ -132,6 +136,7 @@ def job_detail(store_name: str, job_id: str) -> JobDetail | None:
         now=now,
         timeline_start=start,
         timeline_end=end,
+        wait=wait,
     )
 
 

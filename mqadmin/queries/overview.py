@@ -32,10 +32,17 @@ class QueueRow:
     oldest_waiting: Any | None = None
     #: False when the oldest-runnable search hit a bound (more priority levels or names).
     oldest_complete: bool = True
+    #: The oldest runnable job was looked up (it may still be None: see home.html).
+    oldest_looked_up: bool = False
     #: Live workers (announced within LIVE_WORKER_MS) that consume this queue.
     workers: int = 0
     #: The queue's limits and their usage in words ("" when it has none or was not read).
     limits: str = ""
+    #: The "Set limits" form's values: the queue's current limits (blank: none of that kind).
+    limit_values: dict[str, Any] = field(default_factory=dict)
+    #: The queue has limits the overview did not read (beyond LIMITS_QUEUES): its form
+    #: is not offered here, where it would show blanks for limits the queue has.
+    limits_unread: bool = False
 
     @property
     def count_cells(self) -> list[tuple[str, int]]:
@@ -71,14 +78,19 @@ def eviction_warning(job_store: Any) -> str:
 
 
 def limits_line(limits: Any, now_ms: int) -> str:
-    """ "3 of 3 running · rate 100/s · 47 waiting · throttled for 12 ms" ("" when unlimited)."""
-    if limits.concurrency is None and limits.rate is None:
+    """ "3 of 3 running · rate 100/s · max 1 running per group · group rate 10/min ·
+    47 waiting · throttled for 12 ms" ("" when unlimited)."""
+    if not limits.limited:
         return ""
     parts = []
     if limits.concurrency is not None:
         parts.append(f"{limits.active} of {limits.concurrency} running")
     if limits.rate is not None:
         parts.append(f"rate {actions.format_rate(limits.rate)}")
+    if limits.group_concurrency is not None:
+        parts.append(f"max {limits.group_concurrency} running per group")
+    if limits.group_rate is not None:
+        parts.append(f"group rate {actions.format_rate(limits.group_rate)}")
     parts.append(f"{limits.waiting} waiting")
     if limits.throttled_until is not None and limits.throttled_until > now_ms:
         wait = limits.throttled_until - now_ms
@@ -122,13 +134,18 @@ def overview(with_chart: bool = True) -> list[StoreBoard]:
             oldest = job_store.oldest_runnable(row.name)
             row.oldest_waiting = oldest.record
             row.oldest_complete = oldest.complete
+            row.oldest_looked_up = True
         # Only the limited queues (one paged read of the limits) cost a read of their own.
         limited = set(job_store.limited_queues()) if rows else set()
         limited_rows = [row for row in rows if row.name in limited]
         if limited_rows:
             now_ms = job_store.now()
             for row in limited_rows[:LIMITS_QUEUES]:
-                row.limits = limits_line(job_store.queue_limits(row.name), now_ms)
+                limits = job_store.queue_limits(row.name)
+                row.limits = limits_line(limits, now_ms)
+                row.limit_values = actions.limits_initial(limits)
+            for row in limited_rows[LIMITS_QUEUES:]:
+                row.limits_unread = True
         return StoreBoard(
             overview=services.StoreOverview(
                 name=store.name,

@@ -7,11 +7,12 @@ one verb's button form from them, so a page lists no verb by name.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from typing import Any
 
 from django import template
-from django.utils.html import format_html_join
+from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 from mqadmin import actions, forms
@@ -44,11 +45,27 @@ def verb_confirm(verb: actions.Verb, target: str, store: str, **facts: Any) -> s
 
 
 @register.simple_tag
-def verb_fields(verb: actions.Verb) -> SafeString:
-    """The inputs of the verb's extra form fields (nothing for most verbs)."""
+def verb_fields(
+    verb: actions.Verb,
+    initial: Mapping[str, Any] | None = None,
+    store: str = "",
+    target: str = "",
+) -> SafeString:
+    """The inputs of the verb's extra form fields (nothing for most verbs).
+
+    ``initial`` fills them in (the "Set limits" form shows the queue's current limits).
+    A page may hold one form per target (a row per queue), so the inputs' ids carry a
+    digest of the store and target: every label points at its own input.
+    """
     if not verb.fields:
         return SafeString("")
-    form = forms.action_form_class(verb)(auto_id=f"id_{verb.key}_%s")
-    return format_html_join(
-        "", "{} {}", ((form[name].label_tag(), form[name]) for name in verb.fields)
+    digest = hashlib.blake2s(f"{store}\0{target}".encode(), digest_size=4).hexdigest()
+    form = forms.action_form_class(verb)(
+        initial=dict(initial) if initial else None, auto_id=f"id_{verb.key}_{digest}_%s"
+    )
+    return format_html(
+        '<div class="verb-fields">{}</div>',
+        format_html_join(
+            "", "{} {}", ((form[name].label_tag(), form[name]) for name in verb.fields)
+        ),
     )

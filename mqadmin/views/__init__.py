@@ -14,6 +14,7 @@ from mqadmin.views.job import job, lookup
 from mqadmin.views.metrics import healthz, job_metrics, metrics, readyz
 from mqadmin.views.operations import audit, failures, indexes, outbox, schedules, workers
 from mqadmin.views.overview import home, throughput
+from mqadmin.views.queue import queue
 
 __all__ = [
     "HtmxHttpRequest",
@@ -34,6 +35,7 @@ __all__ = [
     "lookup",
     "metrics",
     "outbox",
+    "queue",
     "queue_action",
     "readyz",
     "schedule_action",

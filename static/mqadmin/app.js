@@ -1,7 +1,8 @@
 /* mqadmin: the little behaviour the pages need, without inline scripts (CSP) or frameworks.
  *
  * - Polling fragments (class "poll") skip their request while the tab is hidden and
- *   refresh at once when it becomes visible again ("mq:visible" on <body>).
+ *   refresh at once when it becomes visible again ("mq:visible" on <body>); they also
+ *   skip it while one of their forms is being filled in (open, focused or changed).
  * - Lock-expiry countdowns (<time class="countdown" data-until="epoch ms">) tick every second.
  * - "Select all" checkboxes, a live count of selected rows, and buttons that need a selection.
  * - Buttons with data-confirm ask before submitting their form.
@@ -21,10 +22,32 @@
 (function () {
   "use strict";
 
+  // A form of a polling region whose disclosure is open, or with a field that has focus
+  // or a changed value, is being filled in (the overview's "Set limits" form): a refresh
+  // would replace it, typing and all.
+  function beingEdited(region) {
+    if (region.querySelector("details.verb-form[open]")) { return true; }
+    var fields = region.querySelectorAll("form input:not([type=hidden]), form select, form textarea");
+    for (var i = 0; i < fields.length; i += 1) {
+      var field = fields[i];
+      if (field === document.activeElement) { return true; }
+      if (field.tagName.toLowerCase() === "select") {
+        for (var j = 0; j < field.options.length; j += 1) {
+          if (field.options[j].selected !== field.options[j].defaultSelected) { return true; }
+        }
+      } else if (field.type === "checkbox" || field.type === "radio") {
+        if (field.checked !== field.defaultChecked) { return true; }
+      } else if (field.value !== field.defaultValue) {
+        return true;
+      }
+    }
+    return false;
+  }
+
   document.addEventListener("htmx:beforeRequest", function (event) {
     var source = event.detail && event.detail.elt;
     if (!source || !source.classList) { return; }
-    if (document.hidden && source.classList.contains("poll")) {
+    if (source.classList.contains("poll") && (document.hidden || beingEdited(source))) {
       event.preventDefault();
     }
     if (source.classList.contains("nested-toggle")) {

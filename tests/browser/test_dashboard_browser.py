@@ -258,6 +258,49 @@ def test_polling_pauses_while_the_tab_is_hidden(page: Any, live_server: Any, dem
     assert len(polls) >= 2
 
 
+def test_set_group_limits_from_the_overview_and_see_the_busiest_groups(
+    page: Any, live_server: Any, demo: Demo, console: ConsoleLog
+) -> None:
+    from store import Rate
+
+    demo.main.set_queue_limits("emails", concurrency=3, rate=Rate(100, 1_000))
+    for group, n in (("tenant-42", 3), ("<b>x</b>", 2)):
+        for _ in range(n):
+            demo.main.enqueue(EnqueueRequest(name="SyncTenant", queue="tenants", group=group))
+    base = live_server.url
+    log_in(page, base, "/")
+    row = page.locator("table.queues tr", has=page.locator("a", has_text="emails")).first
+    row.get_by_text("Set limits…").click()
+    assert row.get_by_label("Concurrency:", exact=True).input_value() == "3"
+    assert row.get_by_label("Rate:", exact=True).input_value() == "100/s"
+
+    # Typing survives the 5 s refresh of the counts (it waits while the form is open).
+    row.get_by_label("Group concurrency:", exact=True).fill("2")
+    row.get_by_label("Group rate:", exact=True).fill("10/min")
+    page.wait_for_timeout(6_000)
+    assert row.get_by_label("Group rate:", exact=True).input_value() == "10/min"
+    shot(page, "16-set-limits")
+    row.get_by_role("button", name="Set limits", exact=True).click()
+    page.wait_for_selector(".messages")
+    limits = demo.main.queue_limits("emails")
+    assert (limits.concurrency, limits.group_concurrency) == (3, 2)
+    assert limits.group_rate == Rate(10, 60_000)
+    assert (
+        "max 2 running per group · group rate 10/min"
+        in page.locator("[data-queue-limits]").first.inner_text()
+    )
+
+    page.locator("table.queues tr", has_text="tenants").first.get_by_role(
+        "link", name="Job groups and limits of queue tenants"
+    ).click()
+    page.wait_for_selector("#groups table")
+    names = page.locator("#groups tbody th").all_inner_texts()
+    assert names == ["tenant-42", "<b>x</b>"]
+    assert "2 groups with waiting jobs" in page.locator("#groups").inner_text()
+    shot(page, "17-queue-groups")
+    assert console.errors == [], "\n".join(console.errors)
+
+
 def test_keyboard_and_selection(
     page: Any, live_server: Any, demo: Demo, console: ConsoleLog
 ) -> None:

@@ -115,6 +115,15 @@ def add_waiting(store: Any, n: int) -> None:
         store.enqueue_many(requests[start : start + 1000])
 
 
+def add_grouped(store: Any, start: int, stop: int) -> None:
+    """Waiting jobs of the queue "tenants", one group each (g<start> .. g<stop - 1>)."""
+    requests = [
+        EnqueueRequest(name="Sync", queue="tenants", group=f"g{k}") for k in range(start, stop)
+    ]
+    for first in range(0, len(requests), 1000):
+        store.enqueue_many(requests[first : first + 1000])
+
+
 def add_fixed_cast(main: Any, side: Any) -> dict[str, str]:
     """The jobs every measured page looks at, identical at both sizes."""
     ids: dict[str, str] = {}
@@ -144,6 +153,12 @@ def add_fixed_cast(main: Any, side: Any) -> dict[str, str]:
         EnqueueRequest(name="Report", queue="reports", delay_ms=3_600_000)
     ).id
     ids["flow"] = fan_out(main, side, ["a", "b", "c"])
+    # A queue with job groups, one of them full (its job page says why its job waits).
+    main.set_queue_limits("tenants", group_concurrency=1)
+    for _ in range(2):
+        ids["grouped"] = main.enqueue(EnqueueRequest(name="Sync", queue="tenants", group="busy")).id
+    claimed = main.claim(queue="tenants", names=["Sync"], token="w:3")
+    assert isinstance(claimed, Claimed) and claimed.job.group == "busy"
     claimed = side.claim(queue="parts", names=["RenderPart"], token="w:2")
     assert isinstance(claimed, Claimed)
     side.ack(claimed.job.id, "w:2", Complete(None))  # one report waits in the outbox
@@ -173,6 +188,9 @@ def pages(ids: dict[str, str]) -> dict[str, str]:
         "job": f"/stores/main/jobs/{ids['failed']}",
         "job (htmx refresh)": f"/stores/main/jobs/{ids['delayed']}",
         "flow": f"/stores/main/flows/{ids['flow']}",
+        "queue": "/stores/main/queues/tenants",
+        "queue (htmx refresh)": "/stores/main/queues/tenants",
+        "job held back by its group": f"/stores/main/jobs/{ids['grouped']}",
         "failures": "/failures/",
         "failures of one store": "/failures/?store=main",
         "outbox": "/outbox/",
@@ -187,7 +205,7 @@ def pages(ids: dict[str, str]) -> dict[str, str]:
     }
 
 
-HTMX = {"overview (htmx refresh)", "job (htmx refresh)"}
+HTMX = {"overview (htmx refresh)", "job (htmx refresh)", "queue (htmx refresh)"}
 
 
 def measure(client: Client, raw: Any, urls: dict[str, str]) -> dict[str, dict[str, int]]:
@@ -224,11 +242,14 @@ def test_each_page_costs_the_same_commands_at_100_and_at_10000_jobs(
         main, side = services.get_named_store("main"), services.get_named_store("side")
         ids = add_fixed_cast(main, side)
         add_waiting(main, SMALL)
+        add_grouped(main, 0, SMALL)
         urls = pages(ids)
         small = measure(client, raw, urls)
 
         add_waiting(main, LARGE - SMALL)
-        assert main.counts()["waiting"] == LARGE
+        add_grouped(main, SMALL, LARGE)
+        assert main.busiest_groups("tenants").total == LARGE + 1
+        assert main.counts()["waiting"] == 2 * LARGE + 1  # plain jobs, grouped ones, "busy"
         large = measure(client, raw, urls)
     finally:
         services.reset()

@@ -291,5 +291,86 @@ def test_limits_without_any_value_are_refused(stores: Stores, login: Any) -> Non
         "/actions/queue/limits/", {"store": "main", "queue": "emails"}, follow=True
     )
 
-    assert "give a concurrency, a rate or both" in text_of(response)
+    assert "give at least one of concurrency, rate, group concurrency and group rate" in text_of(
+        response
+    )
     assert not AuditEntry.objects.get().ok
+
+
+def test_group_limits_set_through_the_verb_reach_the_store(stores: Stores, login: Any) -> None:
+    client = login("change_limits")
+
+    response = client.post(
+        "/actions/queue/limits/",
+        {
+            "store": "main",
+            "queue": "emails",
+            "concurrency": "",
+            "rate": "",
+            "group_concurrency": "2",
+            "group_rate": "10/min",
+        },
+        follow=True,
+    )
+
+    limits = stores.main.queue_limits("emails")
+    assert (limits.concurrency, limits.rate) == (None, None)
+    assert limits.group_concurrency == 2
+    assert (limits.group_rate.limit, limits.group_rate.per_ms) == (10, 60_000)  # type: ignore[union-attr]
+    assert (
+        "Limited queue “emails” of main: at most 2 running per group and group rate 10/min."
+        in text_of(response)
+    )
+    entry = AuditEntry.objects.get()
+    assert (entry.action, entry.target, entry.ok) == ("limits", "emails", True)
+    assert entry.params["group_concurrency"] == 2
+    assert entry.params["group_rate"] == "10/min"
+
+
+def test_setting_limits_replaces_all_four(stores: Stores, login: Any) -> None:
+    from store import Rate
+
+    stores.main.set_queue_limits(
+        "emails", concurrency=5, group_concurrency=1, group_rate=Rate(1, 1_000)
+    )
+    client = login("change_limits")
+
+    client.post(
+        "/actions/queue/limits/",
+        {"store": "main", "queue": "emails", "concurrency": "3", "group_rate": ""},
+    )
+
+    limits = stores.main.queue_limits("emails")
+    assert (limits.concurrency, limits.rate, limits.group_concurrency, limits.group_rate) == (
+        3,
+        None,
+        None,
+        None,
+    )
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("group_rate", "fast", "Group rate “fast”: a rate looks like N/PERIOD"),
+        ("group_rate", "0/s", "Group rate “0/s”: a rate&#x27;s limit must be between 1"),
+        ("group_concurrency", "0", "group_concurrency: Ensure this value is greater than"),
+        ("group_concurrency", "two", "group_concurrency: Enter a whole number."),
+    ],
+)
+def test_an_invalid_group_limit_is_refused_and_nothing_is_written(
+    field: str, value: str, message: str, stores: Stores, login: Any
+) -> None:
+    stores.main.set_queue_limits("emails", concurrency=3)
+    before = stores.main.queue_limits("emails")
+    client = login("change_limits")
+
+    response = client.post(
+        "/actions/queue/limits/",
+        {"store": "main", "queue": "emails", "concurrency": "7", field: value},
+    )
+
+    assert response.status_code == 400
+    assert message in text_of(response)
+    assert stores.main.queue_limits("emails") == before
+    assert not AuditEntry.objects.exists()

@@ -320,3 +320,73 @@ def test_the_summary_polls_until_the_job_finishes(stores: Stores, admin_client_:
     assert live.lstrip().startswith('<div id="job-summary" class="poll" hx-get=')
     assert 'hx-trigger="every 3s, mq:visible from:body"' in live
     assert "hx-trigger" not in final.split(">", 1)[0]
+
+
+# ---------------------------------------------------------------------- groups and limits
+
+
+def test_the_job_page_shows_the_group_and_why_a_full_group_waits(
+    stores: Stores, admin_client_: Client
+) -> None:
+    main = stores.main
+    main.set_queue_limits("tenants", group_concurrency=1)
+    first = main.enqueue(EnqueueRequest(name="Sync", queue="tenants", group="<b>x</b>")).id
+    second = main.enqueue(EnqueueRequest(name="Sync", queue="tenants", group="<b>x</b>")).id
+    claimed = main.claim(queue="tenants", names=["Sync"], token="w:1", lock_duration_ms=30_000)
+    assert isinstance(claimed, Claimed) and claimed.job.id == first
+
+    waiting = text_of(admin_client_.get(f"/stores/main/jobs/{second}"))
+    running = text_of(admin_client_.get(f"/stores/main/jobs/{first}"))
+
+    assert "<b>x</b>" not in waiting
+    assert '<code class="wrap" data-job-group>&lt;b&gt;x&lt;/b&gt;</code>' in waiting
+    assert 'href="/stores/main/queues/tenants#groups-title"' in waiting
+    assert 'data-wait-kind="group full"' in waiting
+    assert "<strong>Held back:</strong> group full: 1 of 1 running" in waiting
+    # Running, it no longer waits: the group shows, the reason does not.
+    assert "data-job-group" in running and "Held back" not in running
+
+
+def test_the_job_page_says_until_when_a_limit_holds_a_job(
+    stores: Stores, admin_client_: Client
+) -> None:
+    from mqadmin.templatetags.mqadmin_tags import absolute
+
+    main = stores.main
+    main.set_queue_limits("tenants", group_concurrency=1)
+    main.enqueue(EnqueueRequest(name="Sync", queue="tenants", group="g"))
+    second = main.enqueue(EnqueueRequest(name="Sync", queue="tenants", group="g")).id
+    claimed = main.claim(queue="tenants", names=["Sync"], token="w:1", lock_duration_ms=30_000)
+    assert isinstance(claimed, Claimed)
+    # A second claim finds the group full and holds it until the first lock expires.
+    main.claim(queue="tenants", names=["Sync"], token="w:2", lock_duration_ms=30_000)
+
+    html = text_of(admin_client_.get(f"/stores/main/jobs/{second}"))
+
+    expires = claimed.job.processed_at + 30_000  # type: ignore[operator]
+    assert re.search(
+        r"group full: 1 of 1 running · may be claimed in (29|30) s <[^>]*>·</span> <time [^>]*>"
+        + re.escape(absolute(expires)),
+        html,
+    )
+
+
+def test_a_paused_queue_is_why_its_job_waits(stores: Stores, admin_client_: Client) -> None:
+    job_id = stores.main.enqueue(EnqueueRequest(name="Sync", queue="tenants")).id
+    stores.main.pause("tenants")
+
+    html = text_of(admin_client_.get(f"/stores/main/jobs/{job_id}"))
+
+    assert 'data-wait-kind="paused"' in html
+    assert "queue &#x27;tenants&#x27; is paused" in html
+
+
+def test_a_job_nothing_holds_back_shows_no_reason_and_no_group(
+    stores: Stores, admin_client_: Client
+) -> None:
+    job_id = stores.main.enqueue(EnqueueRequest(name="Sync", queue="tenants")).id
+
+    html = text_of(admin_client_.get(f"/stores/main/jobs/{job_id}"))
+
+    assert "Held back" not in html
+    assert "data-job-group" not in html

@@ -209,3 +209,103 @@ def test_limits_buttons_need_the_permission(stores: Stores, login: Any) -> None:
     html = text_of(login("pause_queue").get("/"))
 
     assert "/actions/queue/limits/" not in html
+
+
+def form_values(html: str, action: str, queue: str) -> dict[str, str | None]:
+    """Input name -> value (None: no value attribute) of the ``action`` form of ``queue``."""
+    for form in re.findall(r"<form .*?</form>", html, re.DOTALL):
+        if f'action="{action}"' in form and f'name="queue" value="{queue}"' in form:
+            values: dict[str, str | None] = {}
+            for tag in re.findall(r"<input [^>]*>", form):
+                name = re.search(r'name="([^"]*)"', tag)
+                value = re.search(r'value="([^"]*)"', tag)
+                if name:
+                    values[name.group(1)] = value.group(1) if value else None
+            return values
+    raise AssertionError(f"no {action} form for {queue}")
+
+
+LIMIT_INPUTS = ("concurrency", "rate", "group_concurrency", "group_rate")
+
+
+def test_the_limits_form_shows_the_queues_current_limits(
+    stores: Stores, admin_client_: Client
+) -> None:
+    from store import Rate
+
+    stores.main.enqueue(EnqueueRequest(name="SendEmail", queue="emails"))
+    stores.main.enqueue(EnqueueRequest(name="SendEmail", queue="grouped", group="g1"))
+    stores.main.enqueue(EnqueueRequest(name="SendEmail", queue="plain"))
+    stores.main.set_queue_limits("emails", concurrency=3, rate=Rate(20, 250))
+    stores.main.set_queue_limits(
+        "grouped", group_concurrency=1, group_rate=Rate(10, 60_000), rate=Rate(5, 3_600_000)
+    )
+
+    html = text_of(admin_client_.get("/"))
+
+    emails = form_values(html, "/actions/queue/limits/", "emails")
+    grouped = form_values(html, "/actions/queue/limits/", "grouped")
+    plain = form_values(html, "/actions/queue/limits/", "plain")
+    assert [emails[name] for name in LIMIT_INPUTS] == ["3", "20/250ms", None, None]
+    assert [grouped[name] for name in LIMIT_INPUTS] == [None, "5/h", "1", "10/min"]
+    assert [plain[name] for name in LIMIT_INPUTS] == [None, None, None, None]
+    # Each row's labels point at that row's own inputs.
+    ids = re.findall(r'<input [^>]*id="(id_limits_[^"]*)"', html)
+    assert len(ids) == 3 * len(LIMIT_INPUTS) and len(set(ids)) == len(ids)
+    for input_id in ids:
+        assert f'for="{input_id}"' in html
+
+
+def test_the_limits_line_shows_group_limits(stores: Stores, admin_client_: Client) -> None:
+    from store import Rate
+
+    stores.main.enqueue(EnqueueRequest(name="SendEmail", queue="grouped", group="g1"))
+    stores.main.enqueue(EnqueueRequest(name="SendEmail", queue="both", group="g1"))
+    stores.main.set_queue_limits("grouped", group_concurrency=1, group_rate=Rate(10, 60_000))
+    stores.main.set_queue_limits("both", concurrency=4, group_concurrency=2)
+
+    html = text_of(admin_client_.get("/"))
+
+    assert "max 1 running per group · group rate 10/min · 1 waiting" in html
+    assert "0 of 4 running · max 2 running per group · 1 waiting" in html
+
+
+def test_each_queue_row_links_to_its_queue_page(stores: Stores, admin_client_: Client) -> None:
+    stores.main.enqueue(EnqueueRequest(name="SendEmail", queue="emails"))
+    stores.main.enqueue(EnqueueRequest(name="SendEmail", queue="a/b c"))
+
+    html = text_of(admin_client_.get("/"))
+
+    assert 'href="/stores/main/queues/emails"' in html
+    assert 'href="/stores/main/queues/a/b%20c"' in html
+    assert admin_client_.get("/stores/main/queues/a/b%20c").status_code == 200
+
+
+def test_limits_beyond_the_read_bound_are_not_offered_blank(
+    stores: Stores, admin_client_: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mqadmin.queries import overview
+
+    monkeypatch.setattr(overview, "LIMITS_QUEUES", 1)
+    for queue in ("a-first", "b-second"):
+        stores.main.enqueue(EnqueueRequest(name="SendEmail", queue=queue))
+        stores.main.set_queue_limits(queue, concurrency=2)
+
+    html = text_of(admin_client_.get("/"))
+
+    assert form_values(html, "/actions/queue/limits/", "a-first")["concurrency"] == "2"
+    with pytest.raises(AssertionError, match="no /actions/queue/limits/ form for b-second"):
+        form_values(html, "/actions/queue/limits/", "b-second")
+    assert "limited: see its queue page" in html
+
+
+def test_a_queue_whose_waiting_jobs_are_all_grouped_says_so(
+    stores: Stores, admin_client_: Client
+) -> None:
+    # The oldest-runnable search reads ungrouped waiting jobs only.
+    stores.main.enqueue(EnqueueRequest(name="SendEmail", queue="grouped", group="g1"))
+
+    html = text_of(admin_client_.get("/"))
+
+    assert "in job groups</span>" in html
+    assert "not looked up" not in html
