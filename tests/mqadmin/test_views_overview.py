@@ -299,13 +299,13 @@ def test_limits_beyond_the_read_bound_are_not_offered_blank(
     assert "limited: see its queue page" in html
 
 
-def test_a_queue_whose_waiting_jobs_are_all_grouped_says_so(
+def test_a_queue_whose_waiting_jobs_are_all_grouped_shows_its_oldest(
     stores: Stores, admin_client_: Client
 ) -> None:
-    # The oldest-runnable search reads ungrouped waiting jobs only.
-    stores.main.enqueue(EnqueueRequest(name="SendEmail", queue="grouped", group="g1"))
+    # The oldest-runnable search reads the grouped waiting jobs too.
+    job_id = stores.main.enqueue(EnqueueRequest(name="SendEmail", queue="grouped", group="g1")).id
 
     html = text_of(admin_client_.get("/"))
 
-    assert "in job groups</span>" in html
-    assert "not looked up" not in html
+    assert f"/stores/main/jobs/{job_id}" in html
+    assert "not looked up" not in html and "not found" not in html
