@@ -14,8 +14,7 @@ Redis time is the store scripts' (``FCALL``, or ``EVALSHA`` on a server without 
 ``INFO commandstats``, per job.  Three runs per variant:
 
 - *steady* (the target's figure): claim, ack, claim, ack, ...; the store's clock steps 1 ms at
-  every read, so no two claims share a millisecond.  A rate limit admits at most one claim per
-  ms however high it is set, so only this way do the limits never hold a claim back and the
+  every read, so no two claims share a millisecond and a rate never holds a claim back: the
   limited runs measure just the bookkeeping;
 - *split*: the same clock, 100 claims then their 100 acks, the time of each group read after it
   (a read between every two calls would cool the server's caches and inflate every call);
@@ -440,8 +439,9 @@ def render_claims(claims: dict[str, dict[str, list[ClaimRun]]], n: int) -> list[
         "",
         f"### The same on the wall clock: claim, ack, claim, ack, ... ({n:,} jobs)",
         "",
-        "A rate limit admits at most one claim per millisecond, however high it is set. A "
-        "claim it holds back answers `throttled`; the client then sleeps until "
+        "Several claims may share a millisecond here; a rate admits them as its spacing "
+        "allows (exact below a millisecond). A claim a limit holds back answers `throttled`; "
+        "the client then sleeps until "
         "`throttled_until`, as a worker does. The Redis µs per job count those claims too.",
         "",
         "| limits | claim + ack µs | ÷ no limits | held back per job | jobs/s |",

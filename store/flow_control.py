@@ -59,7 +59,8 @@ class Rate:
 class QueueLimits:
     """A queue's limits (None: not limited in that way) and their live usage.
 
-    ``active``: claims that hold a slot now (their lock has not expired);
+    ``active``: claims that hold a slot now (their lock has not expired; without a
+    concurrency limit, the queue's active jobs);
     ``waiting``: jobs of the queue waiting to be claimed; ``throttled_until``: when
     the limits next admit a claim if they admit none now (epoch ms; for a full
     queue the earliest lock expiry, unless an ack frees a slot sooner), else None.
@@ -248,7 +249,8 @@ class QueueLimitOperations:
             pipe.hget(self.keys.counts, f"{queue}|waiting")
             pipe.zcard(self.keys.group_sizes(queue))
             pipe.zcard(self.keys.group_held(queue))
-            settings, active, first, last, waiting, groups, held = pipe.execute()
+            pipe.hget(self.keys.counts, f"{queue}|active")
+            settings, active, first, last, waiting, groups, held, running = pipe.execute()
         concurrency, rate, group_concurrency, group_rate = decode_limits(settings)
         until: int | None = None
         if concurrency is not None and int(active) >= concurrency and first:
@@ -263,7 +265,9 @@ class QueueLimitOperations:
             rate=rate,
             group_concurrency=group_concurrency,
             group_rate=group_rate,
-            active=int(active) if settings else 0,
+            # Claims are counted by lock expiry under a concurrency limit; otherwise the
+            # queue's active jobs are what runs.
+            active=int(active) if concurrency is not None else int(running or 0) if settings else 0,
             waiting=int(waiting or 0),
             throttled_until=until,
             groups=int(groups),

@@ -110,7 +110,7 @@ for i = 5, #ARGV, step do
       elseif kind == 'groupwait' then
         fits = state == 'waiting' and queue == a and f[7] == b and waiting_member(seq, id) == member
       elseif kind == 'groupactive' then
-        fits = state == 'active' and queue == a and f[6] == '1' and f[7] == b
+        fits = state == 'active' and queue == a and f[6] and f[7] == b
       elseif kind == 'finished' then fits = state == a
       elseif kind == 'terminal' then fits = state == a and name == b
       elseif kind == 'byname' then fits = name == a

@@ -20,10 +20,9 @@ for i = 3, #ARGV, 2 do
     redis.call('HSET', k_job(id), 'lock_expires_at', fmt(expires))
     redis.call('ZADD', K_ACTIVE, expires, id)
     -- A claim of a limited queue holds its slot (and its group's) while the lock lives.
-    if f[5] == '1' then
-      redis.call('ZADD', K_LIMIT.active .. f[4], expires, id)
-      if f[6] then redis.call('ZADD', K_LIMIT.gactive .. f[4] .. NUL .. f[6], expires, id) end
-    end
+    -- ('lq' '1': counted in the queue; '1' or 'g', in its group; lib/limits.lua).
+    if f[5] == '1' then redis.call('ZADD', K_LIMIT.active .. f[4], expires, id) end
+    if f[5] and f[6] then redis.call('ZADD', K_LIMIT.gactive .. f[4] .. NUL .. f[6], expires, id) end
   end
 end
 return { lost, cancel }

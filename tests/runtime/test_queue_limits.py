@@ -62,10 +62,18 @@ def spawn(children: list[subprocess.Popen[bytes]], redis_url: str, prefix: str) 
     )
 
 
+#: The times come from each process's clock, read just before its call goes to Redis: a
+#: claim stamped 1 ms before an ack of another process may still have run after it.
+SKEW_MS = 2
+
+
 def most_at_once(intervals: list[tuple[int, int]]) -> int:
-    """The largest number of [claim, ack) intervals covering one instant."""
+    """The largest number of [claim, ack) intervals covering one instant, each claim taken
+    SKEW_MS later (the handlers run 20 ms: a real overlap is far longer)."""
     # At equal times an ack (-1) sorts before a claim (+1): the script that acked ran first.
-    events = sorted([(start, 1) for start, _ in intervals] + [(end, -1) for _, end in intervals])
+    events = sorted(
+        [(start + SKEW_MS, 1) for start, _ in intervals] + [(end, -1) for _, end in intervals]
+    )
     best = now = 0
     for _, step in events:
         now += step
@@ -165,3 +173,18 @@ def test_a_sigkilled_workers_slot_frees_when_its_lock_expires(
     assert attempt.started_at is not None and attempt.started_at >= lock_expires
     # The killed run was never recovered: its expired lock alone freed the slot.
     assert store.get_job(hung).state == "active"
+
+
+def test_two_processes_let_groups_take_turns(
+    make_store: Any, redis_url: str, prefix: str, children: list[subprocess.Popen[bytes]]
+) -> None:
+    """A small group enqueued behind a big one is served in turn, not after it."""
+    store = make_store(clock=system_clock)
+    store.set_queue_limits(QUEUE, concurrency=1)
+    intervals = drain_in_two_processes(
+        store, redis_url, prefix, children, 24, group_of=lambda n: "big" if n < 20 else "small"
+    )
+    big, small = sorted(intervals[:20]), sorted(intervals[20:])
+    # One job at a time: the claims alternate while both groups wait, so the small group's
+    # three jobs start before the big group's fifth (FIFO would put them after all twenty).
+    assert max(start for start, _ in small) < big[4][0], (big, small)

@@ -127,14 +127,19 @@ local function claim_next(now, token, lock_ms, queue, names)
     local row = is_row(f[1], f[2], f[3], f[4])
     if row and f[1] == 'waiting' and waiting_member(f[4], id) == best_member then
       local expires = now + lock_ms
-      redis.call('HSET', jk, 'state', 'active', 'lock_token', token,
-        'lock_expires_at', fmt(expires), 'pa', fmt(now))
+      local mark = lim and LIMITS.mark(lim, group)
+      if mark then
+        redis.call('HSET', jk, 'state', 'active', 'lock_token', token,
+          'lock_expires_at', fmt(expires), 'pa', fmt(now), 'lq', mark)
+      else
+        redis.call('HSET', jk, 'state', 'active', 'lock_token', token,
+          'lock_expires_at', fmt(expires), 'pa', fmt(now))
+      end
       redis.call('ZADD', K_ACTIVE, expires, id)
       counts_add(queue, 'waiting', -1)
       counts_add(queue, 'active', 1)
       if lim then
-        LIMITS.take(lim, queue, id, expires, now)
-        if group then LIMITS.group_take(lim, queue, group, id, expires, now) end
+        LIMITS.take(lim, queue, id, expires, now, group)
         -- The fourth entry tells a batch claim to stop: each further job of a
         -- limited queue is checked (and taken) by a claim of its own.
         return { 'claimed', id, redis.call('HGETALL', jk), 'limited' }

@@ -5,10 +5,10 @@
 -- concurrency>:<group rate limit>:<group rate period ms>", '' for a kind that
 -- is not limited.  A queue without a field costs its claims one HMGET.
 --
--- Concurrency is counted by lock expiry: a claim of a limited queue adds the
--- job to K_LIMIT.active .. queue, scored by its lock expiry and marks the row
--- ('lq' = '1'); the heartbeat moves the score, every exit from active removes
--- it.  Only members whose lock has not expired count, so a crashed worker's
+-- Concurrency is counted by lock expiry: a claim of a queue with a
+-- concurrency limit adds the job to K_LIMIT.active .. queue, scored by its
+-- lock expiry, and marks the row ('lq'; see LIMITS.take); the heartbeat moves
+-- the score, every exit from active removes it.  Only members whose lock has not expired count, so a crashed worker's
 -- slot frees when its lock expires, before stall recovery runs.
 --
 -- The rate is a GCRA without burst tolerance: a claim is admitted once the
@@ -69,7 +69,9 @@ end
 -- The first ms at which the rate admits a claim (<= now: admits now): the
 -- TAT's whole ms.  Claims are admitted while it is not after now.
 function LIMITS.rate_free_at(lim, queue, now)
-  local w = LIMITS.tat(redis.call('HGET', K_LIMIT.rate, queue), lim.rate_limit, lim.rate_per)
+  -- The value read is kept for LIMITS.take (lim is read afresh by every claim).
+  lim.tat = redis.call('HGET', K_LIMIT.rate, queue)
+  local w = LIMITS.tat(lim.tat, lim.rate_limit, lim.rate_per)
   if not w or w <= now then return now end
   return w
 end
@@ -111,18 +113,47 @@ function LIMITS.blocked(lim, queue, now)
   return nil
 end
 
--- Count a claim of a limited queue: the job holds a slot until its lock
--- expires (members already expired are trimmed: they count no longer) and
--- the rate's clock moves to now.
-function LIMITS.take(lim, queue, id, expires, now)
-  local ak = K_LIMIT.active .. queue
-  redis.call('ZREMRANGEBYSCORE', ak, '-inf', LIMITS.fmt(now))
-  redis.call('ZADD', ak, expires, id)
-  redis.call('HSET', k_job(id), 'lq', '1')
+-- The row mark ('lq') of a claim of a limited queue that holds slots (nil:
+-- none): '1' a slot of the queue (it has a concurrency limit) and, under a
+-- group concurrency limit, of its group (group: nil for an ungrouped job);
+-- 'g' of its group only.  The claim writes it with the lock fields.
+function LIMITS.mark(lim, group)
+  if lim.concurrency then return '1' end
+  if group and lim.gconc then return 'g' end
+  return nil
+end
+
+-- Count a claim of a limited queue: under a concurrency limit the job holds
+-- a slot until its lock expires, in the queue and, under a group concurrency
+-- limit, in its group.  (A member whose lock expired counts no longer and
+-- leaves with its job: at its ack, or when stall recovery takes it back.)
+-- The rates' TATs move on (read once: the check before the claim kept them).
+function LIMITS.take(lim, queue, id, expires, now, group)
+  if lim.concurrency then redis.call('ZADD', K_LIMIT.active .. queue, expires, id) end
+  if group and lim.gconc then redis.call('ZADD', K_LIMIT.gactive .. queue .. NUL .. group, expires, id) end
   if lim.rate_limit then
     local rk = K_LIMIT.rate
-    redis.call('HSET', rk, queue, LIMITS.next_tat(redis.call('HGET', rk, queue), lim.rate_limit, lim.rate_per, now))
+    local tat = lim.tat
+    if tat == nil then tat = redis.call('HGET', rk, queue) end
+    redis.call('HSET', rk, queue, LIMITS.next_tat(tat, lim.rate_limit, lim.rate_per, now))
     redis.call('HDEL', rk, NUL .. queue)
+  end
+  if group and lim.grate_limit then
+    -- Each group's TAT (in K_LIMIT.gtat) and the time of its last claim (in
+    -- K_LIMIT.grate).  A TAT is past a period and a millisecond after its
+    -- claim: when a group is new there, a page of such groups is forgotten.
+    local rk, tk = K_LIMIT.grate .. queue, K_LIMIT.gtat .. queue
+    local tat = lim.gtat and lim.gtat[group]
+    if tat == nil then tat = redis.call('HGET', tk, group) end
+    redis.call('HSET', tk, group, LIMITS.next_tat(tat, lim.grate_limit, lim.grate_per, now))
+    if redis.call('ZADD', rk, now, group) == 1 then
+      local old = redis.call('ZRANGEBYSCORE', rk, '-inf', LIMITS.fmt(now - lim.grate_per - 1),
+        'LIMIT', 0, LIMITS.GROUP_RELEASE)
+      if #old > 0 then
+        redis.call('ZREM', rk, unpack(old))
+        redis.call('HDEL', tk, unpack(old))
+      end
+    end
   end
 end
 
@@ -265,7 +296,10 @@ function LIMITS.group_until(lim, queue, group, now)
     end
   end
   if lim.grate_limit then
-    local w = LIMITS.tat(redis.call('HGET', K_LIMIT.gtat .. queue, group), lim.grate_limit, lim.grate_per)
+    local tat = redis.call('HGET', K_LIMIT.gtat .. queue, group)
+    lim.gtat = lim.gtat or {}
+    lim.gtat[group] = tat  -- false when none: LIMITS.take reads it from here
+    local w = LIMITS.tat(tat, lim.grate_limit, lim.grate_per)
     if w and w > now and (not until_ms or w > until_ms) then until_ms = w end
   end
   return until_ms
@@ -322,26 +356,3 @@ function LIMITS.held_until(queue)
   return first[2]
 end
 
--- Count a claim of a grouped job against its group's limits.
-function LIMITS.group_take(lim, queue, group, id, expires, now)
-  if lim.gconc then
-    local ak = K_LIMIT.gactive .. queue .. NUL .. group
-    redis.call('ZREMRANGEBYSCORE', ak, '-inf', LIMITS.fmt(now))
-    redis.call('ZADD', ak, expires, id)
-    redis.call('HSET', k_job(id), 'lq', '1')
-  end
-  if lim.grate_limit then
-    -- Each group's TAT (as for the queue's rate, in K_LIMIT.gtat) and the time
-    -- of its last claim (K_LIMIT.grate).  A TAT is past a period and a
-    -- millisecond after its claim: a page of those is forgotten each time.
-    local rk, tk = K_LIMIT.grate .. queue, K_LIMIT.gtat .. queue
-    local old = redis.call('ZRANGEBYSCORE', rk, '-inf', LIMITS.fmt(now - lim.grate_per - 1),
-      'LIMIT', 0, LIMITS.GROUP_RELEASE)
-    if #old > 0 then
-      redis.call('ZREM', rk, unpack(old))
-      redis.call('HDEL', tk, unpack(old))
-    end
-    redis.call('HSET', tk, group, LIMITS.next_tat(redis.call('HGET', tk, group), lim.grate_limit, lim.grate_per, now))
-    redis.call('ZADD', rk, now, group)
-  end
-end

@@ -44,7 +44,7 @@ local function delete_job(id)
     redis.call('ZREM', k_delayed(queue), id)
   elseif state == 'active' then
     redis.call('ZREM', K_ACTIVE, id)
-    if f[7] == '1' then LIMITS.leave(id, queue, nil, f[8] or nil) end
+    if f[7] then LIMITS.leave(id, queue, nil, f[8] or nil) end
   elseif state == 'waiting-children' then
     redis.call('ZREM', k_parked(queue), id)
   elseif is_terminal(state) then

@@ -11,7 +11,7 @@ local function snapshot(id)
     state = f[1], queue = f[2], name = f[3], seq = f[4], priority = f[5] or '0',
     processed_at = f[6] or nil, cancel_requested = f[7] == '1', keep = get_long(jk, 'keep', f[8]) or nil,
     dedupe_key = get_long(jk, 'dedupe_key', f[9]) or nil, lock_token = f[10] or nil,
-    limited = f[11] == '1', group = f[12] or nil,
+    limited = f[11] and true or false, group = f[12] or nil,
   }
 end
 
