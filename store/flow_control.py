@@ -311,7 +311,7 @@ class QueueLimitOperations:
                 pipe.zcard(keys.group_wait(queue, group))
                 pipe.zcount(keys.group_active(queue, group), live, "+inf")
                 pipe.zscore(keys.group_held(queue), group)
-                pipe.zscore(keys.group_rate(queue), group)
+                pipe.hget(keys.group_tat(queue), group)
             replies = pipe.execute()
         _c, _r, group_concurrency, group_rate = decode_limits(replies[0])
         out = []

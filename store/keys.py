@@ -118,13 +118,14 @@ class StoreKeys:
         """The queue's groups scored by their number of waiting jobs (busiest first, reversed)."""
         return f"{self.tag}:groups:size:{queue}"
 
-    def group_rate(self, queue: str) -> str:
-        """Each group's last rate-limited claim (ms), to forget its TAT a period later."""
-        return f"{self.tag}:groups:rate:{queue}"
-
     def group_tat(self, queue: str) -> str:
-        """Each group's rate TAT ("<ms>:<remainder>", see lua/lib/limits.lua LIMITS.tat)."""
+        """Each group's rate TAT ("<ms>:<remainder>", see lua/lib/limits.lua LIMITS.tat),
+        kept while the group has waiting jobs or cools down after its last."""
         return f"{self.tag}:groups:tat:{queue}"
+
+    def group_cool(self, queue: str) -> str:
+        """Groups without waiting jobs whose rate TAT is still ahead, scored by the TAT."""
+        return f"{self.tag}:groups:cool:{queue}"
 
     def delayed(self, queue: str) -> str:
         return f"{self.tag}:delayed:{queue}"

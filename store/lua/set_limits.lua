@@ -15,7 +15,7 @@ if settings == '' then
   redis.call('HDEL', K_LIMIT.settings, queue)
   redis.call('HDEL', K_LIMIT.rate, queue, NUL .. queue)
   redis.call('SREM', K_LIMIT.blocked, queue)
-  redis.call('DEL', K_LIMIT.active .. queue, K_LIMIT.grate .. queue, K_LIMIT.gtat .. queue)
+  redis.call('DEL', K_LIMIT.active .. queue, K_LIMIT.gtat .. queue, K_LIMIT.gcool .. queue)
 else
   redis.call('HSET', K_LIMIT.settings, queue, settings)
 end

@@ -298,3 +298,33 @@ def test_a_group_rate_above_one_claim_per_millisecond(
     assert held.throttled_until == clock.now_ms() + 1
     clock.advance(1)
     assert [claimed_group(store) for _ in range(3)] == ["a", "a", "a"]
+
+
+def test_group_rate_reason_and_tat_cooling(store: RedisJobStore, clock: FakeClock) -> None:
+    """A group's rate TAT outlives its last job until it has passed (no faster claim by
+    emptying and refilling a group), then it is forgotten."""
+    store.set_queue_limits(Q, group_rate=Rate(1, per_ms=1_000))
+    put(store, "a", 2)
+    ack(store, take(store).job)
+    usage = store.group_usage(Q, "a")
+    assert (usage.reason, usage.held_until) == ("group rate", clock.now_ms() + 1_000)
+    assert store.wait_reason(store.list_by_state(["waiting"], queue=Q).items[0]).kind == (
+        "group rate"
+    )
+    # Emptied by a cancel, refilled at once: still spaced by the rate.
+    store.cancel(store.list_by_state(["waiting"], queue=Q).items[0].id)
+    put(store, "a")
+    assert take(store).throttled == "group"
+    clock.advance(1_000)
+    ack(store, take(store).job)
+    # The last claim emptied the group: its TAT cools down in the held set, then goes.
+    tat_key = store.keys.group_tat(Q)
+    assert store.client.hexists(tat_key, "a")
+    put(store, "a")
+    assert take(store).throttled == "group"
+    clock.advance(1_000)
+    ack(store, take(store).job)
+    clock.advance(1_000)
+    put(store, "b")
+    take(store)
+    assert not store.client.hexists(tat_key, "a")

@@ -119,8 +119,9 @@ local function claim_next(now, token, lock_ms, queue, names)
     local id = string.sub(best_member, WAITING_SEQ_WIDTH + 1)
     local jk = k_job(id)
     local f = redis.call('HMGET', jk, 'state', 'queue', 'name', 'seq')
+    local left
     if group then
-      LIMITS.group_rem(queue, f[3] or nil, group, best_member, true)
+      left = LIMITS.group_rem(queue, f[3] or nil, group, best_member, true)
     else
       redis.call('ZREM', best_key, best_member)
     end
@@ -139,7 +140,7 @@ local function claim_next(now, token, lock_ms, queue, names)
       counts_add(queue, 'waiting', -1)
       counts_add(queue, 'active', 1)
       if lim then
-        LIMITS.take(lim, queue, id, expires, now, group)
+        LIMITS.take(lim, queue, id, expires, now, group, left == 0)
         -- The fourth entry tells a batch claim to stop: each further job of a
         -- limited queue is checked (and taken) by a claim of its own.
         return { 'claimed', id, redis.call('HGETALL', jk), 'limited' }

@@ -18,7 +18,7 @@ local K_SEQ, K_ALL, K_ACTIVE, K_COUNTS, K_PAUSED, K_DEDUPE_WINDOWS, K_DEDUPE_PEN
 -- jobs and its claims; per (queue, name) the grouped waiting jobs (what the
 -- waiting listings, oldest-waiting lookups and mqcheck read beside the
 -- per-name waiting set); per queue the groups in turn, the groups held back
--- by their limits, each group's last rate-limited claim, and each group's
+-- by their limits, each group's rate TAT, and each group's
 -- waiting jobs counted (the busiest groups, read in order).
 local K_LIMIT = {}
 
@@ -54,8 +54,8 @@ local function bind(tag)
   K_LIMIT.gwaiting = B .. ':groups:waiting:' -- .. queue .. NUL .. name
   K_LIMIT.turns = B .. ':groups:turns:' -- .. queue
   K_LIMIT.held = B .. ':groups:held:' -- .. queue
-  K_LIMIT.grate = B .. ':groups:rate:' -- .. queue
   K_LIMIT.gtat = B .. ':groups:tat:' -- .. queue
+  K_LIMIT.gcool = B .. ':groups:cool:' -- .. queue
   K_LIMIT.gsize = B .. ':groups:size:' -- .. queue
 end
 

@@ -128,7 +128,8 @@ end
 -- limit, in its group.  (A member whose lock expired counts no longer and
 -- leaves with its job: at its ack, or when stall recovery takes it back.)
 -- The rates' TATs move on (read once: the check before the claim kept them).
-function LIMITS.take(lim, queue, id, expires, now, group)
+-- emptied: the claim took its group's last waiting job.
+function LIMITS.take(lim, queue, id, expires, now, group, emptied)
   if lim.concurrency then redis.call('ZADD', K_LIMIT.active .. queue, expires, id) end
   if group and lim.gconc then redis.call('ZADD', K_LIMIT.gactive .. queue .. NUL .. group, expires, id) end
   if lim.rate_limit then
@@ -139,21 +140,12 @@ function LIMITS.take(lim, queue, id, expires, now, group)
     redis.call('HDEL', rk, NUL .. queue)
   end
   if group and lim.grate_limit then
-    -- Each group's TAT (in K_LIMIT.gtat) and the time of its last claim (in
-    -- K_LIMIT.grate).  A TAT is past a period and a millisecond after its
-    -- claim: when a group is new there, a page of such groups is forgotten.
-    local rk, tk = K_LIMIT.grate .. queue, K_LIMIT.gtat .. queue
+    local tk = K_LIMIT.gtat .. queue
     local tat = lim.gtat and lim.gtat[group]
     if tat == nil then tat = redis.call('HGET', tk, group) end
-    redis.call('HSET', tk, group, LIMITS.next_tat(tat, lim.grate_limit, lim.grate_per, now))
-    if redis.call('ZADD', rk, now, group) == 1 then
-      local old = redis.call('ZRANGEBYSCORE', rk, '-inf', LIMITS.fmt(now - lim.grate_per - 1),
-        'LIMIT', 0, LIMITS.GROUP_RELEASE)
-      if #old > 0 then
-        redis.call('ZREM', rk, unpack(old))
-        redis.call('HDEL', tk, unpack(old))
-      end
-    end
+    local next_tat = LIMITS.next_tat(tat, lim.grate_limit, lim.grate_per, now)
+    redis.call('HSET', tk, group, next_tat)
+    if emptied then LIMITS.cool(queue, group, next_tat, now) end
   end
 end
 
@@ -166,8 +158,9 @@ function LIMITS.leave(id, queue, now, group)
   if redis.call('ZREM', K_LIMIT.active .. queue, id) == 1 then
     LIMITS.freed[queue] = now or false
   end
-  if group and redis.call('ZREM', K_LIMIT.gactive .. queue .. NUL .. group, id) == 1 then
-    LIMITS.unhold(queue, group)
+  -- A group held back by its limits that takes its turn again wakes a claimer.
+  if group and redis.call('ZREM', K_LIMIT.gactive .. queue .. NUL .. group, id) == 1
+      and LIMITS.unhold(queue, group) then
     LIMITS.freed[queue] = now or false
   end
 end
@@ -254,12 +247,17 @@ function LIMITS.group_rem(queue, name, group, member, taken)
   if left == 0 then
     redis.call('ZREM', K_LIMIT.turns .. queue, group)
     redis.call('ZREM', K_LIMIT.gsize .. queue, group)
+    if not taken then
+      -- Emptied by a cancel, a removal, ...: its rate's TAT is kept until it
+      -- has passed (see LIMITS.cool).
+      local w = LIMITS.tat(redis.call('HGET', K_LIMIT.gtat .. queue, group), 1, 1)
+      if w then redis.call('ZADD', K_LIMIT.gcool .. queue, w, group) end
+    end
   else
     redis.call('ZADD', K_LIMIT.gsize .. queue, left, group)
+    if taken then redis.call('ZADD', K_LIMIT.turns .. queue, 'XX', LIMITS.back(queue), group) end
   end
-  if left > 0 and taken then
-    redis.call('ZADD', K_LIMIT.turns .. queue, 'XX', LIMITS.back(queue), group)
-  end
+  return left
 end
 
 -- mqcheck: whether a waiting grouped job is where it should be (in its
@@ -276,12 +274,32 @@ function LIMITS.group_row(queue, name, group, member, fix)
     and redis.call('ZSCORE', K_LIMIT.gwaiting .. queue .. NUL .. name, member) and true or false
 end
 
+-- Each group's rate TAT (K_LIMIT.gtat) is kept while the group has waiting
+-- jobs.  A group left without any (its last claimed, cancelled, ...) cools
+-- down in K_LIMIT.gcool, scored by its TAT, so a refilled group is still
+-- spaced by its rate; each claim that empties a group forgets the TATs of a
+-- page of groups whose time has come (unless a later claim moved them on),
+-- so the TATs cost nothing per claim and stay bounded.
+function LIMITS.cool(queue, group, tat, now)
+  local ck, tk = K_LIMIT.gcool .. queue, K_LIMIT.gtat .. queue
+  redis.call('ZADD', ck, LIMITS.tat(tat, 1, 1), group)
+  local due = redis.call('ZRANGEBYSCORE', ck, '-inf', LIMITS.fmt(now), 'LIMIT', 0, LIMITS.GROUP_RELEASE)
+  for _, g in ipairs(due) do
+    redis.call('ZREM', ck, g)
+    local w = LIMITS.tat(redis.call('HGET', tk, g), 1, 1)
+    if not w or w <= now then redis.call('HDEL', tk, g) end
+  end
+end
+
 -- A held group takes a turn again (if it still has waiting jobs).
+-- True when it did.
 function LIMITS.unhold(queue, group)
   if redis.call('ZREM', K_LIMIT.held .. queue, group) == 1
       and redis.call('EXISTS', K_LIMIT.gwait .. queue .. NUL .. group) == 1 then
     redis.call('ZADD', K_LIMIT.turns .. queue, 'NX', LIMITS.back(queue), group)
+    return true
   end
+  return false
 end
 
 -- nil when group's limits admit a claim now, else the ms when they next may.
@@ -314,7 +332,7 @@ end
 -- finding one (the caller claims again).
 function LIMITS.pick(queue, handled, lim, now)
   local limited = LIMITS.grouped(lim)
-  local hk = K_LIMIT.held .. queue
+  local hk, tk = K_LIMIT.held .. queue, K_LIMIT.turns .. queue
   local due
   if limited then
     due = redis.call('ZRANGEBYSCORE', hk, '-inf', LIMITS.fmt(now), 'LIMIT', 0, LIMITS.GROUP_RELEASE)
@@ -322,7 +340,6 @@ function LIMITS.pick(queue, handled, lim, now)
     due = redis.call('ZRANGE', hk, 0, LIMITS.GROUP_RELEASE - 1)
   end
   for _, g in ipairs(due) do LIMITS.unhold(queue, g) end
-  local tk = K_LIMIT.turns .. queue
   local at, moved = 0, false
   for _ = 1, LIMITS.GROUP_SCAN do
     local g = redis.call('ZRANGE', tk, at, at)[1]
