@@ -414,7 +414,7 @@ def render_claims(claims: dict[str, dict[str, list[ClaimRun]]], n: int) -> list[
         "",
         "Store scripts' µs per job (`INFO commandstats`: FCALL, or EVALSHA), median "
         "[min–max] of the runs. The store's clock steps 1 ms at every read, so no two claims "
-        "share a millisecond and the rate never holds one back (on the wall clock it does: "
+        "share a millisecond and a rate never holds one back (on the wall clock several do: "
         "next table). *claim + ack*: claim, ack, claim, ack, ... (the target's figure); "
         f"*claim* / *ack*: another run, {CLAIM_WINDOW} claims then their {CLAIM_WINDOW} acks, "
         "each group's time read after it.",
