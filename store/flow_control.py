@@ -340,8 +340,8 @@ class QueueLimitOperations:
     def wait_reason(self, job: Any) -> WaitReason | None:
         """Why a waiting job (a ``JobRecord``) is not being claimed now, when a pause or a
         limit holds it back (None: nothing does; a worker takes it when its turn comes)."""
-        if getattr(job, "state", None) != "waiting":
-            return None
+        if getattr(job, "state", None) != "waiting" or not getattr(job, "queue", None):
+            return None  # not waiting, or a row damaged behind the store's back (no queue)
         queue = job.queue
         if self._command("wait_reason", "sismember", self.keys.paused, queue):
             return WaitReason("paused", None, f"queue {queue!r} is paused")
