@@ -54,16 +54,10 @@ _probes: dict[str, Any] = {}
 PROBE_TIMEOUT_S = 1.0
 
 
-@dataclass(frozen=True)
-class StoreOverview:
-    """One configured store, as the landing page shows it."""
+class StateCounts:
+    """Jobs per state (``counts``) as the pages show them: one cell per state, a total."""
 
-    name: str
-    prefix: str
-    redis: str
-    server_version: str | None = None
-    counts: dict[str, int] = field(default_factory=dict)
-    error: str | None = None
+    counts: dict[str, int]
 
     @property
     def count_cells(self) -> list[tuple[str, int]]:
@@ -73,6 +67,18 @@ class StoreOverview:
     @property
     def total(self) -> int:
         return sum(self.counts.values())
+
+
+@dataclass(frozen=True)
+class StoreOverview(StateCounts):
+    """One configured store, as the landing page shows it."""
+
+    name: str
+    prefix: str
+    redis: str
+    server_version: str | None = None
+    counts: dict[str, int] = field(default_factory=dict)
+    error: str | None = None
 
 
 # The key prefix of the single default store when the project sets neither MQ_STORES

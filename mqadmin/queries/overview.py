@@ -25,7 +25,7 @@ THROUGHPUT_MINUTES = 180
 
 
 @dataclass
-class QueueRow:
+class QueueRow(services.StateCounts):
     name: str
     counts: dict[str, int]
     paused: bool
@@ -43,14 +43,6 @@ class QueueRow:
     #: The queue has limits the overview did not read (beyond LIMITS_QUEUES): its form
     #: is not offered here, where it would show blanks for limits the queue has.
     limits_unread: bool = False
-
-    @property
-    def count_cells(self) -> list[tuple[str, int]]:
-        return [(state, self.counts.get(state, 0)) for state in STATES]
-
-    @property
-    def total(self) -> int:
-        return sum(self.counts.values())
 
 
 @dataclass

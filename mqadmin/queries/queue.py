@@ -13,7 +13,7 @@ from typing import Any
 from mqadmin import actions
 from mqadmin.queries.common import STATES
 from mqadmin.queries.overview import limits_line
-from mqadmin.services import open_store, reaching
+from mqadmin.services import StateCounts, open_store, reaching
 
 #: Groups the queue page lists (the most waiting jobs first).
 BUSIEST_GROUPS = 10
@@ -40,7 +40,7 @@ class GroupRow:
 
 
 @dataclass
-class QueueView:
+class QueueView(StateCounts):
     store: str
     name: str
     counts: dict[str, int]
@@ -56,14 +56,6 @@ class QueueView:
     now: int
     #: Group concurrency is set, so running jobs are counted per group.
     counts_running: bool = False
-
-    @property
-    def count_cells(self) -> list[tuple[str, int]]:
-        return [(state, self.counts.get(state, 0)) for state in STATES]
-
-    @property
-    def total(self) -> int:
-        return sum(self.counts.values())
 
     @property
     def more_groups(self) -> int:
