@@ -352,7 +352,8 @@ class QueueLimitOperations:
                 return WaitReason("queue full", limits.throttled_until, text)
             return WaitReason("rate", limits.throttled_until, "queue rate limit: next claim later")
         if job.group is not None:
-            usage = self.group_usage(queue, job.group)
+            # Read as stored: a group field edited by hand must not make this raise.
+            usage = self._group_usages(queue, [str(job.group)], self.now())[0]
             if usage.reason == "group full":
                 text = f"group full: {usage.active} of {limits.group_concurrency} running"
                 return WaitReason("group full", usage.held_until, text)

@@ -328,3 +328,12 @@ def test_group_rate_reason_and_tat_cooling(store: RedisJobStore, clock: FakeCloc
     put(store, "b")
     take(store)
     assert not store.client.hexists(tat_key, "a")
+
+
+def test_wait_reason_of_a_row_damaged_by_hand(store: RedisJobStore, redis_client: Any) -> None:
+    """A group field rewritten behind the store's back (here with a NUL, which the store
+    never writes) gives a plain answer, not an error."""
+    store.set_queue_limits(Q, group_concurrency=1)
+    job_id = put(store, "a")[0]
+    redis_client.hset(store.keys.job(job_id), "group", "x\0y")
+    assert store.wait_reason(store.get_job(job_id)) is None
