@@ -41,6 +41,7 @@ from store.jobs import (
     JobContext,
     JobFailedError,
     JobInterrupted,
+    JobLogHandler,
     JobStatus,
     Unrecoverable,
     current_job,

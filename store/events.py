@@ -20,9 +20,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from store import codec
-from store.errors import InvalidRequestError
+from store.errors import InvalidRequestError, JobNotFoundError
 from store.keys import StoreKeys
-from store.records import JobEvent, JobLogLine
+from store.records import JobEvent, JobLogLine, JobRecord
 
 #: Every event type the stream carries.
 EVENT_TYPES = (
@@ -226,6 +226,7 @@ class EventOperations:
     now: Callable[[], int]
     log_max_lines: int
     log_max_bytes: int
+    get_job: Callable[[str], JobRecord | None]
 
     # ---------------------------------------------------------------- events
 
@@ -314,9 +315,90 @@ class EventOperations:
         items = self._command("job_logs", "lrange", self.keys.logs(job_id), first, last)
         return [log_line(item) for item in items]
 
+    # ------------------------------------------------------------------ waits
+
+    def wait_for_result(self, job_id: str, timeout_s: float | None = None) -> JobRecord:
+        """Block until the job ends; return its terminal record.
+
+        Event-driven: the cursor is taken first, then the record is read, then the call
+        blocks on the event stream, so an end between the read and the block is never
+        missed; it returns within milliseconds of the ack.  The record is read again on
+        the job's final event and at least once a second (so a reader that fell behind a
+        capped stream still sees the end).  With events turned off it polls (10 ms,
+        doubling to 1 s).
+
+        Raises:
+            JobNotFoundError: the job does not exist (or was removed meanwhile).
+            TimeoutError: it did not end within ``timeout_s``.
+        """
+        waiter = ResultWait(job_id, timeout_s)
+        events_on = self.events_max_len() > 0
+        cursor = self.last_event_id() if events_on else ""
+        record = self.get_job(job_id)
+        while not waiter.done(record):
+            remaining = waiter.remaining_ms()
+            if not events_on:
+                time.sleep(min(waiter.next_delay(), remaining / 1000))
+                record = self.get_job(job_id)
+                continue
+            found = self.events(
+                cursor, block_ms=min(remaining, BLOCK_SLICE_MS), count=MAX_EVENTS_COUNT
+            )
+            cursor = newest_id(found, cursor)
+            if waiter.should_read(found):
+                record = self.get_job(job_id)
+        assert record is not None
+        return record
+
     def job_log_length(self, job_id: str) -> int:
         """How many lines a job's log keeps now."""
         return int(self._command("job_logs", "llen", self.keys.logs(job_id)))
+
+
+class ResultWait:
+    """The bookkeeping of one result wait (``wait_for_result``; the async store's too):
+    the deadline, when to read the record again, the polling fallback's delays."""
+
+    def __init__(self, job_id: str, timeout_s: float | None) -> None:
+        self.job_id = job_id
+        self.timeout_s = timeout_s
+        start = time.monotonic()
+        self.deadline = None if timeout_s is None else start + timeout_s
+        self.last_read = start
+        self.delay = 0.005
+
+    def done(self, record: JobRecord | None) -> bool:
+        """True when ``record`` is terminal; raises when it is gone or time is up."""
+        self.last_read = time.monotonic()
+        if record is None:
+            raise JobNotFoundError(self.job_id)
+        if record.is_terminal:
+            return True
+        if self.deadline is not None and self.last_read >= self.deadline:
+            raise TimeoutError(
+                f"job {self.job_id!r} is still {record.state} after {self.timeout_s} s"
+            )
+        return False
+
+    def remaining_ms(self) -> int:
+        if self.deadline is None:
+            return BLOCK_SLICE_MS
+        return max(1, int((self.deadline - time.monotonic()) * 1000))
+
+    def should_read(self, found: Sequence[JobEvent]) -> bool:
+        """Read the record again: the job's final event came, nothing came for a whole
+        block, a second passed since the last read, or the deadline is here."""
+        if not found:
+            return True
+        job_id = self.job_id
+        if any(e.job_id == job_id and e.type in FINAL_EVENT_TYPES for e in found):
+            return True
+        now = time.monotonic()
+        return now - self.last_read >= 1 or (self.deadline is not None and now >= self.deadline)
+
+    def next_delay(self) -> float:
+        self.delay = min(1.0, self.delay * 2)
+        return self.delay
 
 
 def newest_id(events: Sequence[JobEvent], after: str) -> str:

@@ -202,6 +202,11 @@ class RedisJobStore(
     def now(self) -> int:
         return int(self._clock())
 
+    def after_fork(self) -> None:
+        """Make the store usable in a forked child (the worker's per-job processes): drop
+        the parent's connections without closing them.  The client's pool resets itself."""
+        self._scripts.after_fork()
+
     def check_scripts(self) -> None:
         """Run one cheap read-only script: raises JobStoreError (naming the missing ACL
         permission, if that is why) when this Redis user cannot run the store's scripts."""

@@ -306,6 +306,13 @@ class ScriptRegistry:
                     raise
         raise AssertionError("unreachable")
 
+    def after_fork(self) -> None:
+        """In a forked child: forget the parent's connections without touching them (closing
+        one would shut the socket the parent still uses); the next call opens its own."""
+        self._lock = threading.Lock()
+        self._local = threading.local()
+        self._connections = weakref.WeakSet()
+
     def close(self) -> None:
         with self._lock:
             connections = list(self._connections)
