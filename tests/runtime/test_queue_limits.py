@@ -2,8 +2,9 @@
 hold for all workers of all processes together, and a limited queue drains on wake-ups.
 
 Two child processes run ``Worker.run()`` with 4 takers each on the wall clock.  What the
-limits allowed is read afterwards from the attempts ledger: each run spans its claim
-(``started_at``) to its ack (``finished_at``).
+limits allowed is read afterwards: how many ran at once from the store's event stream (each
+run spans its ``active`` event to its ``completed`` one, in the exact order the scripts ran),
+the rate from the attempts ledger (each claim's time as the claim script saw it).
 """
 
 from __future__ import annotations
@@ -62,18 +63,9 @@ def spawn(children: list[subprocess.Popen[bytes]], redis_url: str, prefix: str) 
     )
 
 
-#: The times come from each process's clock, read just before its call goes to Redis: a
-#: claim stamped 1 ms before an ack of another process may still have run after it.
-SKEW_MS = 2
-
-
 def most_at_once(intervals: list[tuple[int, int]]) -> int:
-    """The largest number of [claim, ack) intervals covering one instant, each claim taken
-    SKEW_MS later (the handlers run 20 ms: a real overlap is far longer)."""
-    # At equal times an ack (-1) sorts before a claim (+1): the script that acked ran first.
-    events = sorted(
-        [(start + SKEW_MS, 1) for start, _ in intervals] + [(end, -1) for _, end in intervals]
-    )
+    """The largest number of [claim, ack) intervals covering one point of the stream."""
+    events = sorted([(start, 1) for start, _ in intervals] + [(end, -1) for _, end in intervals])
     best = now = 0
     for _, step in events:
         now += step
@@ -113,12 +105,26 @@ def drain_in_two_processes(
     return intervals
 
 
+def enqueued(store: Any) -> list[str]:
+    """The job ids in the order they were enqueued."""
+    return [e.job_id for e in store.events("0", count=1000) if e.type == "enqueued"]
+
+
+def stream_runs(store: Any, ids: list[str]) -> list[tuple[int, int]]:
+    """Each job's run as (position of its ``active`` event, of its ``completed`` one) in the
+    event stream: the order the scripts ran in, whatever the processes' clocks said."""
+    events = store.events("0", count=1000)
+    at = {(e.job_id, e.type): n for n, e in enumerate(events)}
+    return [(at[job_id, "active"], at[job_id, "completed"]) for job_id in ids]
+
+
 def test_two_processes_never_exceed_the_queue_concurrency(
     make_store: Any, redis_url: str, prefix: str, children: list[subprocess.Popen[bytes]]
 ) -> None:
     store = make_store(clock=system_clock)
     store.set_queue_limits(QUEUE, concurrency=LIMIT)
-    intervals = drain_in_two_processes(store, redis_url, prefix, children, JOBS)
+    drain_in_two_processes(store, redis_url, prefix, children, JOBS)
+    intervals = stream_runs(store, enqueued(store))
     assert most_at_once(intervals) == LIMIT
     assert store.queue_limits(QUEUE).active == 0
 
@@ -143,9 +149,8 @@ def test_two_processes_keep_the_group_and_queue_concurrency(
     """Four groups, at most one running job per group and three in the queue."""
     store = make_store(clock=system_clock)
     store.set_queue_limits(QUEUE, concurrency=LIMIT, group_concurrency=1)
-    intervals = drain_in_two_processes(
-        store, redis_url, prefix, children, JOBS, group_of=lambda n: f"g{n % 4}"
-    )
+    drain_in_two_processes(store, redis_url, prefix, children, JOBS, group_of=lambda n: f"g{n % 4}")
+    intervals = stream_runs(store, enqueued(store))
     assert most_at_once(intervals) == LIMIT
     for g in range(4):
         assert most_at_once(intervals[g::4]) == 1, f"group g{g}"
