@@ -668,3 +668,23 @@ def test_reconcile_returns_stale_pending_rows_with_their_full_spec_and_re_arms_t
     store.cancel(pid)
     clock.advance(60000)
     assert store.flow_sweep_work(30000).reconcile == []
+
+
+def test_a_flow_parents_events_park_and_settle(store: RedisJobStore) -> None:
+    """Fan-out parks the parent (waiting-children, with its pending count); the last child
+    report makes it runnable again (waiting); an empty fan-out goes straight to waiting."""
+    pid = fanout_parent(store, ["a", "b"])
+    record1(store, report(pid, "a", "completed"))
+    record1(store, report(pid, "b", "completed"))
+    empty = fanout_parent(store, [], token="t-empty", queue="other")
+    kinds = {
+        job_id: [(e.type, e.data) for e in store.events("0", count=1000) if e.job_id == job_id]
+        for job_id in (pid, empty)
+    }
+    assert kinds[pid] == [
+        ("enqueued", None),
+        ("active", None),
+        ("waiting-children", {"pending": 2}),
+        ("waiting", None),
+    ]
+    assert kinds[empty] == [("enqueued", None), ("active", None), ("waiting", None)]
