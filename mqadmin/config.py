@@ -173,6 +173,10 @@ def parse_stores(raw: str | None, default_prefix: str) -> dict[str, dict[str, An
     return {name: dict(entry) for name, entry in stores.items()}
 
 
+#: The keys of one MQ_STORES entry.
+STORE_KEYS = ("prefix", "url", "indexes", "history_ttl", "log_max_lines", "log_max_bytes")
+
+
 def validate_stores(stores: Any) -> list[str]:
     """Problems with an ``MQ_STORES`` value (an empty list when it is well formed)."""
     if not isinstance(stores, dict) or not stores:
@@ -193,9 +197,13 @@ def validate_stores(stores: Any) -> list[str]:
         url = entry.get("url")
         if url is not None and not isinstance(url, str):
             problems.append(f"store {name!r}: 'url' must be a string or absent")
-        unknown = set(entry) - {"prefix", "url", "indexes", "history_ttl"}
+        unknown = set(entry) - set(STORE_KEYS)
         if unknown:
             problems.append(
-                f"store {name!r}: unknown keys {sorted(unknown)} (known: prefix, url, indexes, history_ttl)"
+                f"store {name!r}: unknown keys {sorted(unknown)} (known: {', '.join(STORE_KEYS)})"
             )
+        for cap in ("log_max_lines", "log_max_bytes"):
+            value = entry.get(cap)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+                problems.append(f"store {name!r}: {cap!r} must be a whole number or absent")
     return problems

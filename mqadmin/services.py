@@ -237,7 +237,7 @@ def get_named_store(name: str) -> RedisJobStore:
 
     The name is the store key (what flows use to route child reports), so every
     process of the project resolves the same name to the same prefix.  Per-store
-    ``indexes`` and ``history_ttl`` come from the MQ_STORES entry.
+    ``indexes``, ``history_ttl`` and the job log caps come from the MQ_STORES entry.
 
     Raises:
         store.InvalidRequestError: no store of that name is configured.
@@ -265,6 +265,8 @@ def get_named_store(name: str) -> RedisJobStore:
                 store_key=name,
                 indexes=entry.get("indexes", True),
                 history_ttl=entry.get("history_ttl"),
+                log_max_lines=entry.get("log_max_lines"),
+                log_max_bytes=entry.get("log_max_bytes"),
             )
             _stores[key] = job_store
         return job_store

@@ -265,6 +265,12 @@ class EventOperations:
         newest = self._command("events", "xrevrange", self.keys.events, count=1)
         return str(newest[0][0]) if newest else "0-0"
 
+    def newest_events(self, count: int = 100) -> list[JobEvent]:
+        """The newest ``count`` (1-1000) events, oldest first."""
+        count = check_count(count, MAX_EVENTS_COUNT)
+        entries = self._command("events", "xrevrange", self.keys.events, count=count)
+        return [event_from_entry(entry_id, fields or {}) for entry_id, fields in reversed(entries)]
+
     def events_max_len(self) -> int:
         """How many events the stream keeps (about; 0: no events are written)."""
         return parse_max_len(self._command("events", "get", self.keys.events_cap))

@@ -315,3 +315,24 @@ def test_a_login_path_no_pattern_serves_is_a_warning(settings: Any) -> None:
 
     assert ids(messages) == ["mqadmin.W002"]
     assert "404" in messages[0].msg
+
+
+def test_store_entries_take_log_caps_and_name_unknown_keys(settings: Any) -> None:
+    settings.MQ_STORES = {"main": {"prefix": "m", "log_max_lines": 50, "log_max_bytes": 65536}}
+    assert check_store_settings() == []
+    settings.MQ_STORES = {"main": {"prefix": "m", "log_max_lines": "50", "logs": 1}}
+    messages = [m.msg for m in check_store_settings()]
+    assert any("unknown keys ['logs']" in m and "log_max_bytes" in m for m in messages)
+    assert any("'log_max_lines' must be a whole number" in m for m in messages)
+
+
+def test_a_stores_log_caps_come_from_its_entry(settings: Any, redis_url: str, prefix: str) -> None:
+    from mqadmin import services
+
+    services.reset()
+    settings.MQ_STORES = {"main": {"prefix": prefix, "url": redis_url, "log_max_lines": 7}}
+    try:
+        job_store = services.get_named_store("main")
+        assert (job_store.log_max_lines, job_store.log_max_bytes) == (7, 256 * 1024)
+    finally:
+        services.reset()

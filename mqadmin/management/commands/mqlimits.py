@@ -17,6 +17,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from mqadmin import runtime, services
+from mqadmin.management.options import one_store
 from store.errors import InvalidRequestError, StoreFailure
 from store.flow_control import format_rate, parse_rate
 
@@ -95,7 +96,7 @@ class Command(BaseCommand):
                 limits: dict[str, Any] = {}
                 if settings_given:
                     limits = self._parse(options)
-                job_store = runtime.build_store(self._store_to_change(options["store"]))
+                job_store = runtime.build_store(one_store(options["store"]))
                 if options["clear"]:
                     job_store.clear_queue_limits(queue)
                 else:
@@ -132,14 +133,6 @@ class Command(BaseCommand):
             if options[key] is not None:
                 parsed[key] = rate_option(options[key])
         return parsed
-
-    def _store_to_change(self, name: str | None) -> str:
-        if name:
-            return name
-        names = list(services.configured_stores())
-        if len(names) != 1:
-            raise CommandError(f"several stores are configured ({', '.join(names)}): pass --store")
-        return names[0]
 
     def _print(self, rows: list[tuple[str, Any, int]]) -> None:
         if not rows:
