@@ -14,6 +14,38 @@ from mqadmin import actions, services
 from mqadmin.queries.common import TERMINAL
 from mqadmin.services import open_store, reaching
 
+#: Log lines a page of the job page's Logs section shows.
+LOG_PAGE = 200
+
+
+@dataclass(frozen=True)
+class LogPage:
+    """One page of a job's log lines (oldest first) and whether more follow."""
+
+    start: int
+    limit: int
+    lines: list[Any]
+    more: bool
+
+    @property
+    def next_start(self) -> int:
+        return self.start + len(self.lines)
+
+    @property
+    def first_number(self) -> int:
+        return self.start + 1
+
+
+def log_page(store_name: str, job_id: str, start: int = 0, limit: int = LOG_PAGE) -> LogPage | None:
+    """Lines ``start`` to ``start + limit`` of the job's log (one look-ahead line tells
+    whether more follow); None when the job does not exist."""
+    job_store = open_store(store_name)
+    with reaching(store_name):
+        if job_store.get_job(job_id) is None:
+            return None
+        lines = job_store.job_logs(job_id, start=start, limit=limit + 1)
+    return LogPage(start=start, limit=limit, lines=list(lines[:limit]), more=len(lines) > limit)
+
 
 @dataclass(frozen=True)
 class Failure:
