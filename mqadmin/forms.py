@@ -466,10 +466,10 @@ class EventStreamForm(forms.Form):
     after = forms.CharField(required=False, max_length=4000, strip=True)
 
     def clean_queue(self) -> str | None:
-        return _plain_text(self.cleaned_data["queue"], "queue") or None
+        return self.cleaned_data["queue"] or None
 
     def clean_job(self) -> str | None:
-        return _plain_text(self.cleaned_data["job"], "job id") or None
+        return self.cleaned_data["job"] or None
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}

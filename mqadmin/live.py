@@ -43,22 +43,8 @@ from django.template.loader import render_to_string
 
 logger = logging.getLogger(__name__)
 
-#: Store events that change a job's state (all but ``progress`` and ``log``).
-STATE_EVENTS = frozenset(
-    {
-        "enqueued",
-        "delayed",
-        "active",
-        "completed",
-        "failed",
-        "retrying",
-        "cancelled",
-        "removed",
-        "stalled",
-        "promoted",
-        "waiting-children",
-    }
-)
+#: Store events that do not change a job's state (every other type does).
+NOT_STATE_EVENTS = frozenset({"progress", "log"})
 #: Store events read per call.
 READ_COUNT = 500
 #: Longest a single read blocks (ms): a closed tab or the lifetime limit is noticed
@@ -311,10 +297,10 @@ class Feed:
                 elif event.type == "log":
                     if self.scope.can_view_payload:
                         self.lines.append((int(event.at), _log_message(event.data)))
-                elif event.type in STATE_EVENTS:
+                else:
                     self.state = event.type
                 continue
-            if event.type in STATE_EVENTS:
+            if event.type not in NOT_STATE_EVENTS:
                 self.changed += 1
 
     @property

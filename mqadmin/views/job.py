@@ -78,15 +78,14 @@ def job(request: HtmxHttpRequest, store: str, job_id: str) -> HttpResponse:
         # The Logs section and the stream are outside the summary an htmx refresh swaps.
         context["events_url"] = live.events_url([store], job_id=job_id)
         if permissions.can_view_payload(request.user):
-            context["log_page"] = queries.log_page(store, job_id)
+            context["log_tail"] = queries.log_tail(store, job_id)
     return page(request, "mqadmin/job_detail.html", context, partial="summary")
 
 
 @require_GET
 @dashboard_view
 def job_logs(request: HtmxHttpRequest, store: str, job_id: str) -> HttpResponse:
-    """A page of a job's log lines: for htmx, appended to the job page's list (with the
-    next "show more" link); otherwise a page of its own."""
+    """A job's whole log, a page at a time, oldest first (the job page shows the newest)."""
     form = forms.LogPageForm(request.GET)
     if not form.is_valid():
         return error_page(request, 400, "Cannot show these log lines", forms.form_errors(form))
@@ -98,10 +97,7 @@ def job_logs(request: HtmxHttpRequest, store: str, job_id: str) -> HttpResponse:
             request, 404, "No such job", [f"Store “{store}” has no job with id “{job_id}”."]
         )
     return page(
-        request,
-        "mqadmin/job_logs.html",
-        {"store": store, "job_id": job_id, "log_page": log_page, "oob": wants_partial(request)},
-        partial="page",
+        request, "mqadmin/job_logs.html", {"store": store, "job_id": job_id, "log_page": log_page}
     )
 
 

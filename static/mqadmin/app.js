@@ -19,7 +19,7 @@
  *   live (its "ready" event came, no error since) the regions inside it skip their timed
  *   polls and refresh on the stream's events instead; when it fails they poll as before.
  *   The stream position is kept in the sse-connect URL, so a reconnect resumes there.
- *   The job page's log list takes live lines only once it is read to its end.
+ *   The job page's log list gets its new lines appended (once each).
  * - The explorer disables orders and states that cannot go together (an order other than
  *   enqueued time reads only the sets of its states), before the form is submitted.
  * Everything uses event delegation, so content swapped in by htmx works without re-binding.
@@ -161,14 +161,10 @@
   document.addEventListener("htmx:sseError", streamDown);
   document.addEventListener("htmx:sseClose", streamDown);
 
-  // Live log lines: held back while older lines are still to be read ("show more"),
-  // never shown twice (a line read by a page and pushed by the stream), and the
+  // Live log lines: never shown twice (a line written between the page's render and its
+  // subscription comes both ways), at most as many as the store keeps, and the
   // "no lines yet" note goes once there are some.
-  document.addEventListener("htmx:sseBeforeMessage", function (event) {
-    if (event.target.id === "job-log-lines" && document.getElementById("job-log-more")) {
-      event.preventDefault();
-    }
-  });
+  var LOG_LINES_KEPT = 1000;
 
   function tidyLog() {
     var list = document.getElementById("job-log-lines");
@@ -178,6 +174,7 @@
       var key = line.getAttribute("data-at") + "\u0000" + line.textContent;
       if (seen[key]) { line.remove(); } else { seen[key] = true; }
     });
+    while (list.children.length > LOG_LINES_KEPT) { list.firstElementChild.remove(); }
     var section = list.closest("section");
     var empty = section && section.querySelector(".log-empty");
     if (empty) { empty.hidden = list.children.length > 0; }

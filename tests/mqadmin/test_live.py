@@ -11,9 +11,7 @@ import pytest
 
 from mqadmin import live
 
-LIMITS = live.Limits(
-    max_connections=2, max_age_s=60, heartbeat_s=15, interval_s=0.5, retry_ms=3000
-)
+LIMITS = live.Limits(max_connections=2, max_age_s=60, heartbeat_s=15, interval_s=0.5, retry_ms=3000)
 
 
 @dataclass(frozen=True)
