@@ -32,7 +32,7 @@ def feed(**scope: Any) -> live.Feed:
     stores = scope.pop("stores", ("main",))
     return live.Feed(
         scope=live.Scope(stores=stores, **scope),
-        position={name: "0-0" for name in stores},
+        position=dict.fromkeys(stores, "0-0"),
         limits=LIMITS,
         started=0.0,
     )
