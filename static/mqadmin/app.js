@@ -57,9 +57,19 @@
     }
     var config = event.detail.requestConfig;
     var trigger = (config && config.triggeringEvent && config.triggeringEvent.type) || "";
-    // A timed poll (it has no triggering event) is not needed while the stream is live.
+    // A timed poll (it has no triggering event) is not needed while the stream is live,
+    // except now and then (data-live-every, ms) for what changes without an event: ages,
+    // a lock's renewed expiry, live workers.
     if (!trigger && source.classList.contains("poll") && liveStream(source)) {
-      event.preventDefault();
+      var every = parseInt(source.getAttribute("data-live-every") || "0", 10);
+      var key = source.id || "";
+      var now = Date.now();
+      if (slowPolls[key] === undefined) { slowPolls[key] = now; }
+      if (every && key && now - slowPolls[key] >= every) {
+        slowPolls[key] = now;
+      } else {
+        event.preventDefault();
+      }
     }
     // Refreshes pushed by the stream (or on coming back to the tab) wait for a visible tab,
     // skip a region being filled in, and follow the region's "Live" box when it has one.
@@ -114,14 +124,20 @@
   // htmx does after a refusal such as a 503: polling covers the gap).
   var STREAM_EVENTS = ["ready", "jobs", "state", "progress", "log"];
 
+  var slowPolls = {};
+
   function liveStream(el) {
     var source = el.closest && el.closest("[sse-connect]");
     return source && source.getAttribute("data-stream") === "live" ? source : null;
   }
 
+  // A status line sits in the page's heading, outside the stream's element.
   function liveTexts() {
+    var page = document.querySelector("[sse-connect]");
+    var pageLive = !!page && page.getAttribute("data-stream") === "live";
     document.querySelectorAll(".live-status[data-live]").forEach(function (status) {
-      var text = status.getAttribute(liveStream(status) ? "data-live" : "data-polling");
+      var live = status.closest("[sse-connect]") ? !!liveStream(status) : pageLive;
+      var text = status.getAttribute(live ? "data-live" : "data-polling");
       if (status.textContent !== text) { status.textContent = text; }
     });
   }
