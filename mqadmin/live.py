@@ -20,7 +20,7 @@ browser resumes where it stopped (``Last-Event-ID``); a comment every
 server notice a closed tab.
 
 Settings (read per connection): ``MQ_EVENTS_ENABLED`` (default True: pages subscribe),
-``MQ_EVENTS_MAX_CONNECTIONS`` (per process, default 20; over it the view answers 503 and
+``MQ_EVENTS_MAX_CONNECTIONS`` (per process, default 8; over it the view answers 503 and
 the page keeps polling), ``MQ_EVENTS_MAX_AGE_S`` (a connection's lifetime, default 300:
 the browser reconnects), ``MQ_EVENTS_HEARTBEAT_S`` (15), ``MQ_EVENTS_INTERVAL_MS`` (500),
 ``MQ_EVENTS_RETRY_MS`` (the reconnect delay hinted to the browser, 3000).
@@ -81,7 +81,7 @@ class Limits:
     @classmethod
     def from_settings(cls) -> Limits:
         return cls(
-            max_connections=int(_setting("MQ_EVENTS_MAX_CONNECTIONS", 20)),
+            max_connections=int(_setting("MQ_EVENTS_MAX_CONNECTIONS", 8)),
             max_age_s=_setting("MQ_EVENTS_MAX_AGE_S", 300),
             heartbeat_s=_setting("MQ_EVENTS_HEARTBEAT_S", 15),
             interval_s=_setting("MQ_EVENTS_INTERVAL_MS", 500) / 1000,
@@ -120,7 +120,8 @@ class Slots:
             self._open += 1
         return Slot(self)
 
-    def _release(self) -> None:
+    def give_back(self) -> None:
+        """One stream closed (:meth:`Slot.release` calls it, once per slot)."""
         with self._lock:
             self._open -= 1
 
@@ -139,7 +140,7 @@ class Slot:
             if not self._held:
                 return
             self._held = False
-        self._slots._release()
+        self._slots.give_back()
 
 
 #: The slots of this process.

@@ -324,7 +324,7 @@ def test_the_summary_polls_until_the_job_finishes_and_follows_the_stream(
     # A finished job polls no more, but its page still follows the event stream (a retry).
     final_div = final.split(">", 1)[0]
     assert 'hx-trigger="sse:state"' in final_div
-    assert "every" not in final_div and "poll" not in final_div
+    assert "every 3s" not in final_div and 'class="poll"' not in final_div
 
 
 # ---------------------------------------------------------------------- groups and limits
