@@ -24,6 +24,7 @@ from store.errors import (
     StoreFailure,
     ValueTooLargeError,
 )
+from store.events import EVENT_TYPES
 from store.flow_control import BusiestGroups, GroupUsage, QueueLimits, Rate, WaitReason
 from store.flow_runtime import (
     Child,
@@ -77,6 +78,8 @@ from store.records import (
     FlowReconcile,
     FlowState,
     FlowSweepWork,
+    JobEvent,
+    JobLogLine,
     JobRecord,
     JobState,
     KeepPolicy,

@@ -30,6 +30,7 @@ from store.errors import (
     redis_errors,
     store_error,
 )
+from store.events import EventOperations, check_log_caps
 from store.eviction import warn_once
 from store.flow_control import QueueLimitOperations
 from store.flows import FlowOperations
@@ -132,7 +133,9 @@ class ClaimBatch:
     ack_errors: list[StoreFailure | None]
 
 
-class RedisJobStore(ScheduleOperations, FlowOperations, InsightOperations, QueueLimitOperations):
+class RedisJobStore(
+    ScheduleOperations, FlowOperations, InsightOperations, QueueLimitOperations, EventOperations
+):
     """The job store on one Redis (standalone, TLS, unix socket or Cluster)."""
 
     def __init__(
@@ -145,6 +148,8 @@ class RedisJobStore(ScheduleOperations, FlowOperations, InsightOperations, Queue
         history_ttl: HistoryTtl = None,
         store_key: str = "default",
         max_value_bytes: int | None = None,
+        log_max_lines: int | None = None,
+        log_max_bytes: int | None = None,
     ) -> None:
         try:
             self.keys = StoreKeys(prefix)
@@ -163,6 +168,9 @@ class RedisJobStore(ScheduleOperations, FlowOperations, InsightOperations, Queue
         #: The largest payload, metadata, dedupe key, result or error, in UTF-8 bytes
         #: (store/limits.py; None = ``limits.DEFAULT_MAX_VALUE_BYTES``).
         self.max_value_bytes = limits.normalize_max_value_bytes(max_value_bytes)
+        #: Caps of each job's log (store/events.py; None = the defaults there): past
+        #: either, the oldest lines go.
+        self.log_max_lines, self.log_max_bytes = check_log_caps(log_max_lines, log_max_bytes)
         self._id_generator = id_generator
         self._clock = clock or system_clock
         self._idx = ("1" if self.indexes["name"] else "0") + ("1" if self.indexes["queue"] else "0")
@@ -854,7 +862,7 @@ class RedisJobStore(ScheduleOperations, FlowOperations, InsightOperations, Queue
 
     def remove(self, job_id: str) -> bool:
         """Delete a job that is neither active nor a parked flow parent."""
-        return bool(self._run("remove", job_id))
+        return bool(self._run("remove", job_id, self.now()))
 
     def pause(self, queue: str) -> None:
         with redis_errors("pause"):

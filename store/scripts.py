@@ -54,6 +54,7 @@ except ImportError:  # pure-Python fallback
 HELPERS = (
     "calls",  # call_runs: commands over argument arrays of any length
     "keys",  # bind(tag), the K_* keys, every k_* key builder and member builder
+    "events",  # the store's event stream: EVENTS.emit
     "limits",  # flow control: queue limits checked inside the claim
     "owed",  # owe / with_owed: work a script leaves to bounded follow-up calls
     "chunks",  # the chunked sorted sets (all-jobs set, list indexes) and their head
