@@ -72,7 +72,7 @@ def job(request: HtmxHttpRequest, store: str, job_id: str) -> HttpResponse:
         "store": store,
         "back": explorer_back(request),
         "retried_by": last_manual_retry(store, job_id),
-        "progress": live.progress_view(getattr(detail.record, "progress", None)),
+        "progress": live.progress_view(detail.record.progress),
     }
     if not wants_partial(request):
         # The Logs section and the stream are outside the summary an htmx refresh swaps.
