@@ -450,6 +450,40 @@ class AuditFilterForm(forms.Form):
     )
 
 
+class LogPageForm(forms.Form):
+    """Where a page of a job's log lines starts (``?start=``, 0 for the oldest line)."""
+
+    start = forms.IntegerField(required=False, min_value=0, max_value=10**9)
+
+
+class EventStreamForm(forms.Form):
+    """The live event stream's query string (``views/events.py``): which stores, and
+    optionally one queue or one job of a single store, from which position."""
+
+    store = forms.MultipleChoiceField(choices=store_choices, required=False)
+    queue = forms.CharField(required=False, max_length=MAX_TEXT, strip=False)
+    job = forms.CharField(required=False, max_length=MAX_TEXT, strip=False)
+    after = forms.CharField(required=False, max_length=4000, strip=True)
+
+    def clean_queue(self) -> str | None:
+        return self.cleaned_data["queue"] or None
+
+    def clean_job(self) -> str | None:
+        return self.cleaned_data["job"] or None
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        stores = data.get("store") or [name for name, _ in store_choices()]
+        data["store"] = list(dict.fromkeys(stores))
+        if (data.get("queue") or data.get("job")) and len(data["store"]) != 1:
+            raise ValidationError("A queue or a job is followed in exactly one store.")
+        if data.get("queue") and data.get("job"):
+            raise ValidationError("Follow a queue or a job, not both.")
+        if not data["store"]:
+            raise ValidationError("No store is configured (MQ_STORES).")
+        return data
+
+
 def form_errors(form: forms.Form) -> list[str]:
     """Every message of an invalid form, prefixed with its field's name."""
     messages: list[str] = []

@@ -177,6 +177,11 @@ MQ_JOB_MODULES = env_list("MQ_JOB_MODULES", [])
 # True: the dashboard shows no action buttons and refuses every action with 403,
 # whatever the user's permissions.
 MQ_DASHBOARD_READ_ONLY = env_bool("MQ_DASHBOARD_READ_ONLY", default=False)
+# The live pages' event stream (mqadmin/live.py): off, pages poll as before; the streams
+# one process serves at most (each holds a thread under WSGI: keep it below the server's
+# threads per process); the other MQ_EVENTS_* settings keep their defaults (docs/dashboard.md).
+MQ_EVENTS_ENABLED = env_bool("MQ_EVENTS_ENABLED", default=True)
+MQ_EVENTS_MAX_CONNECTIONS = int(os.environ.get("MQ_EVENTS_MAX_CONNECTIONS") or 8)
 # When set, /metrics/ also answers a scraper sending "Authorization: Bearer <token>"
 # (dashboard users always may read it).
 MQ_METRICS_TOKEN = os.environ.get("MQ_METRICS_TOKEN") or None

@@ -21,6 +21,9 @@ urlpatterns = [
     path("jobs/", views.explorer, name="jobs"),
     path("jobs/lookup/", views.lookup, name="lookup"),
     path("stores/<str:store>/jobs/<path:job_id>", views.job, name="job"),
+    path("stores/<str:store>/logs/<path:job_id>", views.job_logs, name="job_logs"),
+    # The live pages' server-sent event stream (mqadmin/views/events.py, mqadmin/live.py).
+    path("events/", views.events, name="events"),
     path("stores/<str:store>/flows/<path:flow_id>", views.flow, name="flow"),
     path("stores/<str:store>/queues/<path:queue>", views.queue, name="queue"),
     path("failures/", views.failures, name="failures"),

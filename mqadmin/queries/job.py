@@ -14,6 +14,70 @@ from mqadmin import actions, services
 from mqadmin.queries.common import TERMINAL
 from mqadmin.services import open_store, reaching
 
+#: The newest log lines the job page shows (live lines are appended after them).
+LOG_TAIL = 200
+#: Log lines a page of the job's own log page shows (the store's default cap is 1,000).
+LOG_PAGE = 500
+
+
+@dataclass(frozen=True)
+class LogTail:
+    """The newest lines of a job's log and how many it keeps in all."""
+
+    lines: list[Any]
+    total: int
+
+    @property
+    def cut(self) -> bool:
+        return self.total > len(self.lines)
+
+
+@dataclass(frozen=True)
+class LogPage:
+    """Lines ``start`` onwards of a job's log (oldest first), and how many it keeps."""
+
+    start: int
+    lines: list[Any]
+    total: int
+
+    @property
+    def first_number(self) -> int:
+        return self.start + 1
+
+    @property
+    def last_number(self) -> int:
+        return self.start + len(self.lines)
+
+    @property
+    def next_start(self) -> int | None:
+        return self.last_number if self.last_number < self.total else None
+
+    @property
+    def previous_start(self) -> int | None:
+        return max(0, self.start - LOG_PAGE) if self.start > 0 else None
+
+
+def log_tail(store_name: str, job_id: str) -> LogTail:
+    """The job page's Logs section: the newest :data:`LOG_TAIL` lines."""
+    job_store = open_store(store_name)
+    with reaching(store_name):
+        lines = job_store.job_logs(job_id, start=-LOG_TAIL, limit=LOG_TAIL)
+        total = job_store.job_log_length(job_id)
+    return LogTail(lines=list(lines), total=max(total, len(lines)))
+
+
+def log_page(store_name: str, job_id: str, start: int = 0) -> LogPage | None:
+    """A page of the job's log from line ``start`` (0: the oldest kept); None when the job
+    does not exist.  The store drops a log's oldest lines past its cap, so line numbers
+    count from the oldest line kept now."""
+    job_store = open_store(store_name)
+    with reaching(store_name):
+        if job_store.get_job(job_id) is None:
+            return None
+        lines = job_store.job_logs(job_id, start=start, limit=LOG_PAGE)
+        total = job_store.job_log_length(job_id)
+    return LogPage(start=start, lines=list(lines), total=max(total, start + len(lines)))
+
 
 @dataclass(frozen=True)
 class Failure:

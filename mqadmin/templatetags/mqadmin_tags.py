@@ -186,6 +186,20 @@ def abstime(ms: int | float | None, tz: str | None = None) -> SafeString:
 
 
 @register.simple_tag
+def logtime(ms: int | float | None) -> SafeString:
+    """A log line's time to the millisecond (UTC; the full date in the tooltip)."""
+    moment = _datetime(ms)
+    if moment is None:
+        return _odd_time(ms)
+    return format_html(
+        '<time class="log-at" datetime="{}" title="{}">{}</time>',
+        _iso(moment),
+        absolute(ms),
+        f"{moment.strftime('%H:%M:%S')}.{moment.microsecond // 1000:03d}",
+    )
+
+
+@register.simple_tag
 def countdown(until_ms: int | None, now: int | None = None) -> SafeString:
     """A live countdown to ``until_ms`` (``app.js`` ticks it; the text is right without JS)."""
     if until_ms is None:

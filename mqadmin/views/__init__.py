@@ -8,9 +8,10 @@ from __future__ import annotations
 from mqadmin.views.actions import job_action, queue_action, schedule_action
 from mqadmin.views.bulk import bulk_preview, bulk_result, bulk_run, bulk_selected
 from mqadmin.views.common import HtmxHttpRequest
+from mqadmin.views.events import events
 from mqadmin.views.explorer import explorer
 from mqadmin.views.flows import flow
-from mqadmin.views.job import job, lookup
+from mqadmin.views.job import job, job_logs, lookup
 from mqadmin.views.metrics import healthz, job_metrics, metrics, readyz
 from mqadmin.views.operations import audit, failures, indexes, outbox, schedules, workers
 from mqadmin.views.overview import home, throughput
@@ -23,6 +24,7 @@ __all__ = [
     "bulk_result",
     "bulk_run",
     "bulk_selected",
+    "events",
     "explorer",
     "failures",
     "flow",
@@ -31,6 +33,7 @@ __all__ = [
     "indexes",
     "job",
     "job_action",
+    "job_logs",
     "job_metrics",
     "lookup",
     "metrics",

@@ -14,12 +14,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from functools import wraps
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 from django.conf import settings
 from django.contrib.auth.views import redirect_to_login
 from django.http import HttpRequest, HttpResponse, QueryDict
+from django.http.response import HttpResponseBase
 from django.shortcuts import render, resolve_url
 from django_htmx.middleware import HtmxDetails
 
@@ -61,7 +62,10 @@ def base_context(request: HttpRequest) -> dict[str, Any]:
     }
 
 
-def secure(response: HttpResponse) -> HttpResponse:
+R = TypeVar("R", bound=HttpResponseBase)
+
+
+def secure(response: R) -> R:
     response["Content-Security-Policy"] = CONTENT_SECURITY_POLICY
     return response
 

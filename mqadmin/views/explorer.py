@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.http import HttpResponse
 from django.views.decorators.http import require_GET
 
-from mqadmin import forms, services
+from mqadmin import forms, live, services
 from mqadmin.queries import explorer as queries
 from mqadmin.views.common import HtmxHttpRequest, dashboard_view, page, wants_partial
 
@@ -61,4 +61,6 @@ def explorer(request: HtmxHttpRequest) -> HttpResponse:
         # Suggestions for the name and queue boxes (full page only: a swap keeps the form).
         context["known_names"] = queries.job_names(query.store)
         context["known_queues"] = queries.queue_names(query.store)
+        # The whole store: a filter changed in place (an htmx swap) keeps this stream.
+        context["events_url"] = live.events_url([query.store])
     return page(request, EXPLORER, context, partial="results")

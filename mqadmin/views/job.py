@@ -11,9 +11,16 @@ from django.shortcuts import redirect
 from django.urls import reverse
 from django.views.decorators.http import require_GET
 
-from mqadmin import forms
+from mqadmin import forms, live, permissions
 from mqadmin.queries import job as queries
-from mqadmin.views.common import HtmxHttpRequest, dashboard_view, error_page, page
+from mqadmin.views.common import (
+    HtmxHttpRequest,
+    dashboard_view,
+    denied,
+    error_page,
+    page,
+    wants_partial,
+)
 
 
 @require_GET
@@ -59,17 +66,38 @@ def job(request: HtmxHttpRequest, store: str, job_id: str) -> HttpResponse:
             lookup_store=store,
             lookup_id=job_id,
         )
+    context = {
+        "detail": detail,
+        "job": detail.record,
+        "store": store,
+        "back": explorer_back(request),
+        "retried_by": last_manual_retry(store, job_id),
+        "progress": live.progress_view(detail.record.progress),
+    }
+    if not wants_partial(request):
+        # The Logs section and the stream are outside the summary an htmx refresh swaps.
+        context["events_url"] = live.events_url([store], job_id=job_id)
+        if permissions.can_view_payload(request.user):
+            context["log_tail"] = queries.log_tail(store, job_id)
+    return page(request, "mqadmin/job_detail.html", context, partial="summary")
+
+
+@require_GET
+@dashboard_view
+def job_logs(request: HtmxHttpRequest, store: str, job_id: str) -> HttpResponse:
+    """A job's whole log, a page at a time, oldest first (the job page shows the newest)."""
+    form = forms.LogPageForm(request.GET)
+    if not form.is_valid():
+        return error_page(request, 400, "Cannot show these log lines", forms.form_errors(form))
+    if not permissions.can_view_payload(request.user):
+        return denied(request, f"Log lines are {permissions.HIDDEN_VALUE}.")
+    log_page = queries.log_page(store, job_id, start=form.cleaned_data["start"] or 0)
+    if log_page is None:
+        return error_page(
+            request, 404, "No such job", [f"Store “{store}” has no job with id “{job_id}”."]
+        )
     return page(
-        request,
-        "mqadmin/job_detail.html",
-        {
-            "detail": detail,
-            "job": detail.record,
-            "store": store,
-            "back": explorer_back(request),
-            "retried_by": last_manual_retry(store, job_id),
-        },
-        partial="summary",
+        request, "mqadmin/job_logs.html", {"store": store, "job_id": job_id, "log_page": log_page}
     )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.http import HttpResponse
 from django.views.decorators.http import require_GET
 
+from mqadmin import live
 from mqadmin.queries import overview as queries
 from mqadmin.views.common import HtmxHttpRequest, dashboard_view, page, wants_partial
 
@@ -19,16 +20,17 @@ def home(request: HtmxHttpRequest) -> HttpResponse:
     """
     partial = wants_partial(request)
     boards = queries.overview(with_chart=not partial)
-    return page(
-        request,
-        "mqadmin/home.html",
-        {
-            "boards": boards,
-            "stores": [board.overview for board in boards],
-            "states": queries.STATES,
-        },
-        partial="stores",
-    )
+    context = {
+        "boards": boards,
+        "stores": [board.overview for board in boards],
+        "states": queries.STATES,
+    }
+    if not partial:
+        # One stream for every store the page shows (a browser holds few connections).
+        context["events_url"] = live.events_url(
+            [board.name for board in boards if not board.overview.error]
+        )
+    return page(request, "mqadmin/home.html", context, partial="stores")
 
 
 @require_GET

@@ -15,6 +15,11 @@
  * - "Live" checkboxes (data-refresh) reload their region every few seconds.
  * - "Show local time" switches absolute times (<time class="abs">) to the browser's zone.
  * - Table cells get their column's heading as data-label (phones show rows as labelled cards).
+ * - Live pages (hx-ext="sse" sse-connect, htmx's SSE extension): while the event stream is
+ *   live (its "ready" event came, no error since) the regions inside it skip their timed
+ *   polls and refresh on the stream's events instead; when it fails they poll as before.
+ *   The stream position is kept in the sse-connect URL, so a reconnect resumes there.
+ *   The job page's log list gets its new lines appended (once each).
  * - The explorer disables orders and states that cannot go together (an order other than
  *   enqueued time reads only the sets of its states), before the form is submitted.
  * Everything uses event delegation, so content swapped in by htmx works without re-binding.
@@ -50,6 +55,30 @@
     if (source.classList.contains("poll") && (document.hidden || beingEdited(source))) {
       event.preventDefault();
     }
+    var config = event.detail.requestConfig;
+    var trigger = (config && config.triggeringEvent && config.triggeringEvent.type) || "";
+    // A timed poll (it has no triggering event) is not needed while the stream is live,
+    // except now and then (data-live-every, ms) for what changes without an event: ages,
+    // a lock's renewed expiry, live workers.
+    if (!trigger && source.classList.contains("poll") && liveStream(source)) {
+      var every = parseInt(source.getAttribute("data-live-every") || "0", 10);
+      var key = source.id || "";
+      var now = Date.now();
+      if (slowPolls[key] === undefined) { slowPolls[key] = now; }
+      if (every && key && now - slowPolls[key] >= every) {
+        slowPolls[key] = now;
+      } else {
+        event.preventDefault();
+      }
+    }
+    // Refreshes pushed by the stream (or on coming back to the tab) wait for a visible tab,
+    // skip a region being filled in, and follow the region's "Live" box when it has one.
+    if (trigger.indexOf("sse:") === 0 || trigger === "mq:visible") {
+      var box = source.hasAttribute("data-live-when") && document.querySelector(source.getAttribute("data-live-when"));
+      if (document.hidden || beingEdited(source) || (box && !box.checked)) {
+        event.preventDefault();
+      }
+    }
     if (source.classList.contains("nested-toggle")) {
       var box = document.getElementById(source.getAttribute("aria-controls"));
       if (box && box.childElementCount) {
@@ -74,7 +103,8 @@
 
   // -------------------------------------------------------------- live refresh
   // A ticked <input data-refresh="#region" data-every="ms"> asks its region to reload
-  // itself (htmx "mq:refresh") every interval while the tab is visible.
+  // itself (htmx "mq:refresh") every interval while the tab is visible, unless the
+  // region is fed by a live event stream.
   setInterval(function () {
     if (document.hidden || !window.htmx) { return; }
     document.querySelectorAll("input[data-refresh]:checked").forEach(function (box) {
@@ -84,9 +114,88 @@
       if (now - last < every) { return; }
       box.setAttribute("data-last", String(now));
       var region = document.querySelector(box.getAttribute("data-refresh"));
-      if (region) { window.htmx.trigger(region, "mq:refresh"); }
+      if (region && !liveStream(region)) { window.htmx.trigger(region, "mq:refresh"); }
     });
   }, 1000);
+
+  // -------------------------------------------------------------- event stream
+  // The element with sse-connect carries data-stream="live" from the stream's "ready"
+  // event until the stream errors or closes (the browser then reconnects by itself, or
+  // htmx does after a refusal such as a 503: polling covers the gap).
+  var STREAM_EVENTS = ["ready", "jobs", "state", "progress", "log"];
+
+  var slowPolls = {};
+
+  function liveStream(el) {
+    var source = el.closest && el.closest("[sse-connect]");
+    return source && source.getAttribute("data-stream") === "live" ? source : null;
+  }
+
+  // A status line sits in the page's heading, outside the stream's element.
+  function liveTexts() {
+    var page = document.querySelector("[sse-connect]");
+    var pageLive = !!page && page.getAttribute("data-stream") === "live";
+    document.querySelectorAll(".live-status[data-live]").forEach(function (status) {
+      var live = status.closest("[sse-connect]") ? !!liveStream(status) : pageLive;
+      var text = status.getAttribute(live ? "data-live" : "data-polling");
+      if (status.textContent !== text) { status.textContent = text; }
+    });
+  }
+
+  // Keep the last position in the URL: a stream htmx opens again (after a refusal)
+  // resumes there instead of at the page's render.
+  function remember(source, message) {
+    if (!message.lastEventId) { return; }
+    var url = new URL(source.getAttribute("sse-connect"), window.location.href);
+    url.searchParams.set("after", message.lastEventId);
+    source.setAttribute("sse-connect", url.pathname + url.search);
+  }
+
+  document.addEventListener("htmx:sseOpen", function (event) {
+    var source = event.target;
+    var stream = event.detail && event.detail.source;
+    if (!stream || stream.mqWatched) { return; }
+    stream.mqWatched = true;
+    STREAM_EVENTS.forEach(function (name) {
+      stream.addEventListener(name, function (message) {
+        remember(source, message);
+        if (name === "ready") {
+          source.setAttribute("data-stream", "live");
+          liveTexts();
+        }
+      });
+    });
+  });
+
+  function streamDown(event) {
+    var source = event.target;
+    if (source && source.hasAttribute && source.hasAttribute("sse-connect")) {
+      source.removeAttribute("data-stream");
+      liveTexts();
+    }
+  }
+  document.addEventListener("htmx:sseError", streamDown);
+  document.addEventListener("htmx:sseClose", streamDown);
+
+  // Live log lines: never shown twice (a line written between the page's render and its
+  // subscription comes both ways), at most as many as the store keeps, and the
+  // "no lines yet" note goes once there are some.
+  var LOG_LINES_KEPT = 1000;
+
+  function tidyLog() {
+    var list = document.getElementById("job-log-lines");
+    if (!list) { return; }
+    var seen = {};
+    Array.prototype.slice.call(list.children).forEach(function (line) {
+      var key = line.getAttribute("data-at") + "\u0000" + line.textContent;
+      if (seen[key]) { line.remove(); } else { seen[key] = true; }
+    });
+    while (list.children.length > LOG_LINES_KEPT) { list.firstElementChild.remove(); }
+    var section = list.closest("section");
+    var empty = section && section.querySelector(".log-empty");
+    if (empty) { empty.hidden = list.children.length > 0; }
+  }
+  document.addEventListener("htmx:sseMessage", tidyLog);
 
   // -------------------------------------------------------------- local times
   // <time class="abs" data-utc="..."> show UTC; the "show local time" toggle switches every
@@ -320,5 +429,5 @@
   }
 
   document.addEventListener("DOMContentLoaded", function () { tick(); selectionState(); orderConstraints(); labelCells(); localTimes(); });
-  document.addEventListener("htmx:afterSettle", function () { tick(); selectionState(); labelCells(); localTimes(); });
+  document.addEventListener("htmx:afterSettle", function () { tick(); selectionState(); labelCells(); localTimes(); liveTexts(); tidyLog(); });
 })();

@@ -264,6 +264,8 @@ NOT_PAGES = {
     "metrics": "the Prometheus text format for scrapers (test_views_metrics.py)",
     "healthz": "a liveness probe answering plain text (test_views_metrics.py)",
     "readyz": "a readiness probe answering plain text (test_views_metrics.py)",
+    "events": "the live pages' event stream, text/event-stream (test_views_events.py)",
+    "job_logs": "a page of a job's log lines, appended out of band (test_views_events.py)",
 }
 
 

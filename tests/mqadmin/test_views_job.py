@@ -308,7 +308,9 @@ def test_payload_exit_and_metadata_values_need_the_view_payload_permission(
     assert "s3cr3t-value" in shown and "m3ta-value" in shown and "card declined" in shown
 
 
-def test_the_summary_polls_until_the_job_finishes(stores: Stores, admin_client_: Client) -> None:
+def test_the_summary_polls_until_the_job_finishes_and_follows_the_stream(
+    stores: Stores, admin_client_: Client
+) -> None:
     waiting = stores.main.enqueue(EnqueueRequest(name="A", queue="q")).id
     done = completed_job(stores.main)
 
@@ -318,8 +320,11 @@ def test_the_summary_polls_until_the_job_finishes(stores: Stores, admin_client_:
     final = text_of(admin_client_.get(f"/stores/main/jobs/{done}", headers={"HX-Request": "true"}))
 
     assert live.lstrip().startswith('<div id="job-summary" class="poll" hx-get=')
-    assert 'hx-trigger="every 3s, mq:visible from:body"' in live
-    assert "hx-trigger" not in final.split(">", 1)[0]
+    assert 'hx-trigger="every 3s, mq:visible from:body, sse:state"' in live
+    # A finished job polls no more, but its page still follows the event stream (a retry).
+    final_div = final.split(">", 1)[0]
+    assert 'hx-trigger="sse:state"' in final_div
+    assert "every 3s" not in final_div and 'class="poll"' not in final_div
 
 
 # ---------------------------------------------------------------------- groups and limits

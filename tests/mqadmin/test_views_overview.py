@@ -136,7 +136,7 @@ def test_counts_refresh_by_polling_that_skips_hidden_tabs(
 
     stores_div = re.search(r'<div id="stores"[^>]*>', html)
     assert stores_div
-    assert 'hx-trigger="every 5s, mq:visible from:body"' in stores_div.group(0)
+    assert 'hx-trigger="every 5s, mq:visible from:body, sse:jobs"' in stores_div.group(0)
     # app.js cancels requests of elements with class "poll" while the tab is hidden.
     assert 'class="poll"' in stores_div.group(0)
     assert "/static/mqadmin/app.js" in html

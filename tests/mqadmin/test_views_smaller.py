@@ -112,6 +112,6 @@ def test_the_explorer_offers_live_refresh(stores: Stores, admin_client_: Client)
     assert 'id="live-refresh" data-refresh="#results" data-every="5000"' in html
     assert re.search(
         r'<section id="results"[^>]*hx-get="/jobs/\?store=main&amp;queue=q&amp;state=waiting" '
-        r'hx-trigger="mq:refresh"',
+        r'hx-trigger="mq:refresh, sse:jobs, mq:visible from:body"[^>]*data-live-when="#live-refresh"',
         html,
     )
