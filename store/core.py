@@ -25,7 +25,7 @@ from store.errors import (
     store_error,
 )
 from store.indexes import normalize_indexes
-from store.keys import StoreKeys
+from store.keys import NUL, StoreKeys
 from store.listing import (
     ListPlan,
     list_script_args,
@@ -493,6 +493,11 @@ class StoreCore:
 
     def _resume_steps(self, queue: str) -> Steps[None]:
         if (yield run("resume", queue)):
+            yield wake(queue)
+
+    def _record_resolvable_steps(self, queue: str, name: str, wake_queue: bool) -> Steps[None]:
+        yield cmd("record task name", "sadd", self.keys.resolvable, f"{queue}{NUL}{name}")
+        if wake_queue:
             yield wake(queue)
 
     def _paused_queues_steps(self) -> Steps[builtins.list[str]]:

@@ -510,32 +510,14 @@ class Job:
         raises JobCancelledError; a failed one JobFailedError; a job that
         disappears JobNotFoundError.
         """
-        delays = iter(poll_schedule) if poll_schedule is not None else _default_poll_delays()
-        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        waits = PollWaits(job_id, timeout_s, poll_schedule)
         while True:
             record = self.store.get_job(job_id)
-            if record is None:
-                raise JobNotFoundError(job_id)
-            if record.state == "completed":
-                return None if record.exit is MISSING else record.exit
-            if record.state == "cancelled":
-                raise JobCancelledError(job_id)
-            if record.state == "failed":
-                raise failed_error(record)
-            try:
-                delay = next(delays)
-            except StopIteration:
-                raise TimeoutError(
-                    f"job {job_id!r} is still {record.state} (poll schedule exhausted)"
-                ) from None
-            if deadline is not None:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise TimeoutError(
-                        f"job {job_id!r} is still {record.state} after {timeout_s} s"
-                    )
-                delay = min(delay, remaining)
-            time.sleep(delay)
+            done, value = settled_result(job_id, record)
+            if done:
+                return value
+            assert record is not None
+            time.sleep(waits.next_delay(record.state))
 
     def execute(
         self, payload: Any = None, *, timeout_s: float | None = None, **options: Any
@@ -627,6 +609,49 @@ def failed_error(record: JobRecord) -> JobFailedError:
             record.id, "StoreFailure", record.failed_reason or "failed without an exit"
         )
     return JobFailedError(record.id, "Failure", repr(record.exit), record.exit)
+
+
+def settled_result(job_id: str, record: JobRecord | None) -> tuple[bool, Any]:
+    """(True, result) for a completed job, (False, None) for one not finished yet; raises
+    JobNotFoundError, JobCancelledError or JobFailedError (the result waits' verdict)."""
+    if record is None:
+        raise JobNotFoundError(job_id)
+    if record.state == "completed":
+        return True, None if record.exit is MISSING else record.exit
+    if record.state == "cancelled":
+        raise JobCancelledError(job_id)
+    if record.state == "failed":
+        raise failed_error(record)
+    return False, None
+
+
+class PollWaits:
+    """The delays between the reads of a polling result wait and its deadline (shared by
+    ``Job.await_result`` and ``AsyncRedisJobStore.wait_for_result``): 10 ms doubling up to
+    1 s, or along ``poll_schedule`` (seconds; when it runs out the wait times out)."""
+
+    def __init__(
+        self, job_id: str, timeout_s: float | None, poll_schedule: Iterable[float] | None
+    ) -> None:
+        self.job_id = job_id
+        self.timeout_s = timeout_s
+        self.delays = iter(poll_schedule) if poll_schedule is not None else _default_poll_delays()
+        self.deadline = None if timeout_s is None else time.monotonic() + timeout_s
+
+    def next_delay(self, state: str) -> float:
+        """Seconds to sleep before the next read; TimeoutError when the wait is over."""
+        try:
+            delay = next(self.delays)
+        except StopIteration:
+            raise TimeoutError(
+                f"job {self.job_id!r} is still {state} (poll schedule exhausted)"
+            ) from None
+        if self.deadline is not None:
+            remaining = self.deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError(f"job {self.job_id!r} is still {state} after {self.timeout_s} s")
+            delay = min(delay, remaining)
+        return float(delay)
 
 
 def _default_poll_delays() -> Iterator[float]:

@@ -589,9 +589,7 @@ class RedisJobStore(
         which names to claim.  Idempotent (one SADD).  ``wake=True`` then wakes the
         queue's idle workers, which may have read the names just before this pair landed.
         """
-        self._command("record task name", "sadd", self.keys.resolvable, f"{queue}{NUL}{name}")
-        if wake:
-            self._wake.signal(queue)
+        self._drive(self._record_resolvable_steps(queue, name, wake))
 
     def resolvable_names(self) -> dict[str, set[str]]:
         """Every pair recorded by :meth:`record_resolvable`: queue -> job names.
