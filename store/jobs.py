@@ -55,6 +55,7 @@ from store.schedules import first_run_at, validate_cadence
 from store.tracing import current_trace_context
 
 if TYPE_CHECKING:
+    from store.aio import AsyncRedisJobStore
     from store.redis_store import RedisJobStore
 
 
@@ -474,6 +475,50 @@ class Job:
                 return request.id
             return store.enqueue(request).id
         return self.enqueue_result(payload, **options).id
+
+    # -------------------------------------------------------- async producer verbs
+    #
+    # The async store of this definition's store key for the running event loop comes
+    # from the registry (``StoreRegistry.aget``: the sync store's twin, or one registered
+    # with ``register_async``).
+
+    async def astore(self) -> AsyncRedisJobStore:
+        """The async store this definition writes to, for the running event loop."""
+        return await self._registry.aget(self.store_key)
+
+    async def aenqueue_result(self, payload: Any = None, **options: Any) -> EnqueueResult:
+        """Like :meth:`aenqueue` but also tells whether nothing was inserted (``duplicate``)."""
+        astore = await self.astore()
+        return await astore.enqueue(self.build_request(payload, now=astore.now(), **options))
+
+    async def aenqueue(self, payload: Any = None, **options: Any) -> str:
+        """Enqueue one job from async code; returns its id (as :meth:`enqueue`).
+
+        Always writes at once: Django's transactions (and ``on_commit``) are sync-only, so
+        an async caller is never inside one; ``on_commit=True`` is refused.
+        """
+        if options.pop("on_commit", None):
+            raise InvalidRequestError(
+                "aenqueue writes at once (no transaction is open in async code): drop on_commit"
+            )
+        return (await self.aenqueue_result(payload, **options)).id
+
+    async def aawait_result(
+        self,
+        job_id: str,
+        timeout_s: float | None = None,
+        poll_schedule: Iterable[float] | None = None,
+    ) -> Any:
+        """:meth:`await_result` for async code (``AsyncRedisJobStore.wait_for_result``)."""
+        astore = await self.astore()
+        return await astore.wait_for_result(job_id, timeout_s, poll_schedule)
+
+    async def aexecute(
+        self, payload: Any = None, *, timeout_s: float | None = None, **options: Any
+    ) -> Any:
+        """Enqueue, then await the result, from async code (as :meth:`execute`)."""
+        job_id = await self.aenqueue(payload, **options)
+        return await self.aawait_result(job_id, timeout_s=timeout_s)
 
     def enqueue_many(self, payloads: Iterable[Any], **options: Any) -> list[str]:
         """Enqueue many jobs (chunks of 500 per Redis call); ids align with ``payloads``."""
