@@ -230,6 +230,10 @@ class AsyncRedisJobStore(StoreCore):
         twin = cls(client_like(store.client), **store.settings())
         twin._owns_client = True
         twin._wake_hub = getattr(store, "_wake", None)
+        # The sync store checked the layout and reconciled the indexes when it started:
+        # the twin only loads its scripts.
+        twin.layout = getattr(store, "layout", None)
+        twin.eviction = getattr(store, "eviction", None)
         return twin
 
     def __repr__(self) -> str:
@@ -247,10 +251,12 @@ class AsyncRedisJobStore(StoreCore):
                 return
             with redis_errors("loading the store's scripts"):
                 self._scripts = await AsyncScriptRegistry.open(self.client, self.keys.tag)
-            self.layout = await aon_client(self.client, check_layout_steps(self.keys))
-            await adrive(reconcile_steps(self, self.now()), self._do)
-            status = await aon_client(self.client, eviction_status_steps())
-            self.eviction = warn_once_about(self.client, status)
+            if self.layout is None:
+                layout = await aon_client(self.client, check_layout_steps(self.keys))
+                await adrive(reconcile_steps(self, self.now()), self._do)
+                status = await aon_client(self.client, eviction_status_steps())
+                self.eviction = warn_once_about(self.client, status)
+                self.layout = layout
             self._started = True
 
     async def aclose(self, *, close_client: bool = False) -> None:
