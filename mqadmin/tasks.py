@@ -78,7 +78,7 @@ else:
 
 from store.codec import check_group
 from store.errors import InvalidRequestError, JobStoreError
-from store.jobs import Job, current_job, unrecoverable
+from store.jobs import Job, JobContext, current_job, unrecoverable
 from store.protocol import JobStore
 from store.records import AttemptRecord, BackoffPolicy, EnqueueRequest, JobRecord
 from store.registry import StoreRegistry, default_registry
@@ -938,6 +938,36 @@ def _workers(attempts: list[AttemptRecord]) -> list[str]:
     return found
 
 
+def _running_job(context: TaskContext) -> JobContext:
+    """The worker's run of the task ``context`` belongs to (a ``takes_context`` task)."""
+    try:
+        ctx = current_job()
+    except LookupError:
+        raise LookupError(
+            "task_progress/task_log work inside a task run by the mqadmin worker"
+        ) from None
+    if str(context.task_result.id) != ctx.job_id:
+        raise LookupError(
+            f"the context is of task {context.task_result.id}, not of the running job {ctx.job_id}"
+        )
+    return ctx
+
+
+def task_progress(context: TaskContext, value: Any) -> bool:
+    """Report a running task's progress (a ``takes_context`` task passes its context).
+
+    The value is ``current_job().progress``'s: a number 0-100 or a small JSON object; it
+    shows on the task's job page and in the store's events.  False when the run lost its
+    lock (nothing written).  Django's own task metadata API, once it lands, maps onto this.
+    """
+    return _running_job(context).progress(value)
+
+
+def task_log(context: TaskContext, message: Any) -> bool:
+    """Append a line to a running task's log (``current_job().log``); see task_progress."""
+    return _running_job(context).log(message)
+
+
 __all__ = [
     "InvalidTaskArguments",
     "StoreBackend",
@@ -948,4 +978,6 @@ __all__ = [
     "TaskStalled",
     "backends_for",
     "load_task",
+    "task_log",
+    "task_progress",
 ]

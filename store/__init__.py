@@ -24,6 +24,7 @@ from store.errors import (
     StoreFailure,
     ValueTooLargeError,
 )
+from store.events import EVENT_TYPES
 from store.flow_control import BusiestGroups, GroupUsage, QueueLimits, Rate, WaitReason
 from store.flow_runtime import (
     Child,
@@ -40,6 +41,7 @@ from store.jobs import (
     JobContext,
     JobFailedError,
     JobInterrupted,
+    JobLogHandler,
     JobStatus,
     Unrecoverable,
     current_job,
@@ -77,6 +79,8 @@ from store.records import (
     FlowReconcile,
     FlowState,
     FlowSweepWork,
+    JobEvent,
+    JobLogLine,
     JobRecord,
     JobState,
     KeepPolicy,

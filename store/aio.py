@@ -25,9 +25,11 @@ server at once.  A store and its client belong to the event loop they are used o
 It has the producer and admin operations (``enqueue``, ``enqueue_many``, ``get_job``,
 ``get_jobs``, ``get_attempts``, ``list``, ``counts``, ``counts_by_queue``, ``retry``,
 ``cancel``, ``cancel_by_dedupe``, ``promote``, ``remove``, ``pause``, ``resume``,
-``paused_queues``, ``record_resolvable``) and an awaitable result wait
-(:meth:`AsyncRedisJobStore.wait_for_result`); the worker side (claim, ack, schedules,
-flows) stays with the sync store.
+``paused_queues``, ``record_resolvable``), the live reads (``events`` -- an XREAD BLOCK
+on the asyncio client --, ``last_event_id``, ``events_max_len``, ``job_logs``,
+``job_log_length``) and the event-driven result wait
+(:meth:`AsyncRedisJobStore.wait_for_result`); the worker side (claim, ack, progress and
+log writes, schedules, flows) stays with the sync store.
 """
 
 from __future__ import annotations
@@ -52,7 +54,15 @@ from store.eviction import EvictionStatus, eviction_status_steps, warn_once_abou
 from store.indexes import reconcile_steps
 from store.layout import check_layout_steps
 from store.listing import DEFAULT_SCAN_BUDGET
-from store.records import AttemptRecord, EnqueueRequest, EnqueueResult, JobRecord, ListResult
+from store.records import (
+    AttemptRecord,
+    EnqueueRequest,
+    EnqueueResult,
+    JobEvent,
+    JobLogLine,
+    JobRecord,
+    ListResult,
+)
 from store.scripts import (
     PROBE,
     ScriptModes,
@@ -374,26 +384,40 @@ class AsyncRedisJobStore(StoreCore):
         """As ``RedisJobStore.record_resolvable``."""
         await self._drive(self._record_resolvable_steps(queue, name, wake))
 
-    # ------------------------------------------------------------------ waiting
+    # ------------------------------------------------------------------ live
 
-    async def wait_for_result(
-        self,
-        job_id: str,
-        timeout_s: float | None = None,
-        poll_schedule: Iterable[float] | None = None,
-    ) -> Any:
-        """Wait for the job to finish; return its result or raise why it did not succeed.
+    async def events(
+        self, after: str = "$", block_ms: float | None = None, count: int = 100
+    ) -> builtins.list[JobEvent]:
+        """Events after ``after``, oldest first (as ``RedisJobStore.events``); with
+        ``block_ms`` an XREAD BLOCK on the asyncio client waits for the first one."""
+        return await self._drive(self._events_steps(after, block_ms, count))
 
-        As ``Job.await_result``: JobCancelledError, JobFailedError, JobNotFoundError, and
-        TimeoutError after ``timeout_s`` (or when ``poll_schedule`` runs out).
+    async def last_event_id(self) -> str:
+        """The id of the newest event (``"0-0"`` when the stream is empty)."""
+        return await self._drive(self._last_event_id_steps())
+
+    async def events_max_len(self) -> int:
+        """How many events the stream keeps (about; 0: no events are written)."""
+        return await self._drive(self._events_max_len_steps())
+
+    async def job_logs(
+        self, job_id: str, start: int = 0, limit: int = 100
+    ) -> builtins.list[JobLogLine]:
+        """A job's log lines, oldest first (as ``RedisJobStore.job_logs``)."""
+        return await self._drive(self._job_logs_steps(job_id, start, limit))
+
+    async def job_log_length(self, job_id: str) -> int:
+        """How many lines a job's log keeps now."""
+        return await self._drive(self._job_log_length_steps(job_id))
+
+    async def wait_for_result(self, job_id: str, timeout_s: float | None = None) -> JobRecord:
+        """Wait until the job ends; return its terminal record (as
+        ``RedisJobStore.wait_for_result``: event-driven, no lost wake-up -- the cursor is
+        taken, then the record read, then the stream awaited).
+
+        Raises:
+            JobNotFoundError: the job does not exist (or was removed meanwhile).
+            TimeoutError: it did not end within ``timeout_s``.
         """
-        from store.jobs import PollWaits, settled_result
-
-        waits = PollWaits(job_id, timeout_s, poll_schedule)
-        while True:
-            record = await self.get_job(job_id)
-            done, value = settled_result(job_id, record)
-            if done:
-                return value
-            assert record is not None
-            await asyncio.sleep(waits.next_delay(record.state))
+        return await self._drive(self._wait_for_result_steps(job_id, timeout_s))

@@ -390,6 +390,7 @@ PIECE_CODES = {
     "trace": "T",
     "parent": "A",
     "dedupe_key": "D",
+    "progress": "G",
 }
 LONG_FIELDS = tuple(PIECE_CODES)
 _SECOND_PIECES = tuple((field, code, code + "2") for field, code in PIECE_CODES.items())
@@ -468,6 +469,7 @@ def _record(job_id: str, h: Mapping[str, str]) -> JobRecord:
         exit=decode_exit(h.get("exit")),
         failed_reason=h.get("failed_reason") or None,
         group=h.get("group") or None,
+        progress=_loads(h["progress"]) if "progress" in h else None,
     )
 
 
@@ -526,6 +528,7 @@ def _tolerant_record(job_id: str, h: Mapping[str, str]) -> JobRecord:
         exit=tolerant(decode_exit, h.get("exit"), MISSING),
         failed_reason=h.get("failed_reason") or None,
         group=h.get("group") or None,
+        progress=tolerant(_loads, h.get("progress"), None),
     )
 
 

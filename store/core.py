@@ -24,6 +24,7 @@ from store.errors import (
     JobStoreError,
     store_error,
 )
+from store.events import EventSteps
 from store.indexes import normalize_indexes
 from store.keys import NUL, StoreKeys
 from store.listing import (
@@ -120,7 +121,7 @@ def check_state_reply(reply: builtins.list[Any], job_id: str, state_error: type[
         raise state_error(job_id, reply[1])
 
 
-class StoreCore:
+class StoreCore(EventSteps):
     """A store's configuration and its operations as steps (see the module docstring)."""
 
     keys: StoreKeys
@@ -486,7 +487,7 @@ class StoreCore:
         yield wake(reply[1])
 
     def _remove_steps(self, job_id: str) -> Steps[bool]:
-        return bool((yield run("remove", job_id)))
+        return bool((yield run("remove", job_id, self.now())))
 
     def _pause_steps(self, queue: str) -> Steps[None]:
         yield cmd("pause", "sadd", self.keys.paused, queue)

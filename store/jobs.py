@@ -19,6 +19,7 @@ results are JSON; a payload that cannot be encoded is refused at enqueue.
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import inspect
 import logging
@@ -81,6 +82,31 @@ class JobContext:
     interrupt_reason: str | None = None
     #: The id of the worker running this attempt ("" outside a worker).
     worker_id: str = ""
+    #: The store the run was claimed from and the run's lock token: progress and log
+    #: lines are written under that token (None outside a worker: they are dropped).
+    store: Any = field(default=None, repr=False)
+    lock_token: str = field(default="", repr=False)
+
+    def progress(self, value: Any) -> bool:
+        """Report how far the run is: a number 0-100 or a small JSON object (at most 1 KB).
+
+        Stored on the job (``JobRecord.progress``) and sent as a ``progress`` event.  Returns
+        False, writing nothing, when this run no longer holds the job's lock.  A blocking
+        Redis call: an async handler may run it in a thread (``asyncio.to_thread``).
+        """
+        if self.store is None:
+            return False
+        return bool(self.store.set_progress(self.job_id, self.lock_token, value))
+
+    def log(self, message: Any) -> bool:
+        """Append a line to the job's log (``jobs.job_logs``) and send it as a ``log`` event.
+
+        The log keeps the newest lines within the store's caps; a line longer than 8 KB is
+        cut.  Returns False, writing nothing, when this run no longer holds the job's lock.
+        """
+        if self.store is None:
+            return False
+        return bool(self.store.append_log(self.job_id, self.lock_token, message))
 
     @property
     def interrupted(self) -> bool:
@@ -145,6 +171,35 @@ class JobLogContext(logging.Filter):
         if not hasattr(record, "mq_job"):
             _annotate(record)
         return True
+
+
+class JobLogHandler(logging.Handler):
+    """Copies the ``logging`` records a running job makes into that job's own log.
+
+    Opt in with ``logging.getLogger().addHandler(JobLogHandler())`` (or ``runworker
+    --job-logs``): a record made inside a handler (the same thread or task) goes to
+    ``current_job().log``; records made outside a job, and the store's and redis-py's
+    own records, are left alone (a write to Redis never logs into itself).
+    """
+
+    def __init__(self, level: int = logging.INFO) -> None:
+        super().__init__(level)
+        self.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+        self._busy = threading.local()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        ctx = _current_job.get()
+        if ctx is None or ctx.store is None or record.name.startswith(("store.", "redis")):
+            return
+        if getattr(self._busy, "on", False):
+            return
+        self._busy.on = True
+        try:
+            ctx.log(self.format(record))
+        except Exception:
+            self.handleError(record)
+        finally:
+            self._busy.on = False
 
 
 _factory_lock = threading.Lock()
@@ -509,9 +564,19 @@ class Job:
         timeout_s: float | None = None,
         poll_schedule: Iterable[float] | None = None,
     ) -> Any:
-        """:meth:`await_result` for async code (``AsyncRedisJobStore.wait_for_result``)."""
+        """:meth:`await_result` for async code: event-driven (``AsyncRedisJobStore.
+        wait_for_result``), or polling along ``poll_schedule`` (seconds) when given."""
         astore = await self.astore()
-        return await astore.wait_for_result(job_id, timeout_s, poll_schedule)
+        if poll_schedule is None:
+            return job_outcome(await astore.wait_for_result(job_id, timeout_s=timeout_s))
+        waits = PollWaits(job_id, timeout_s, poll_schedule)
+        while True:
+            record = await astore.get_job(job_id)
+            done, value = settled_result(job_id, record)
+            if done:
+                return value
+            assert record is not None
+            await asyncio.sleep(waits.next_delay(record.state))
 
     async def aexecute(
         self, payload: Any = None, *, timeout_s: float | None = None, **options: Any
@@ -550,11 +615,16 @@ class Job:
     ) -> Any:
         """Wait for the job to finish; return its result or raise why it did not succeed.
 
-        Polls every 10 ms, doubling up to 1 s (or along ``poll_schedule``, in
-        seconds; an exhausted schedule raises TimeoutError).  A cancelled job
-        raises JobCancelledError; a failed one JobFailedError; a job that
-        disappears JobNotFoundError.
+        Returns within milliseconds of the job's end: the store's event stream wakes the
+        wait (``RedisJobStore.wait_for_result``).  With ``poll_schedule`` (seconds) it
+        polls along it instead (an exhausted schedule raises TimeoutError), as it does on
+        a store without an event stream.  A cancelled job raises JobCancelledError; a
+        failed one JobFailedError; a job that disappears JobNotFoundError; ``timeout_s``
+        passing TimeoutError.
         """
+        wait = getattr(self.store, "wait_for_result", None)
+        if poll_schedule is None and wait is not None:
+            return job_outcome(wait(job_id, timeout_s=timeout_s))
         waits = PollWaits(job_id, timeout_s, poll_schedule)
         while True:
             record = self.store.get_job(job_id)
@@ -656,24 +726,29 @@ def failed_error(record: JobRecord) -> JobFailedError:
     return JobFailedError(record.id, "Failure", repr(record.exit), record.exit)
 
 
-def settled_result(job_id: str, record: JobRecord | None) -> tuple[bool, Any]:
-    """(True, result) for a completed job, (False, None) for one not finished yet; raises
-    JobNotFoundError, JobCancelledError or JobFailedError (the result waits' verdict)."""
-    if record is None:
-        raise JobNotFoundError(job_id)
-    if record.state == "completed":
-        return True, None if record.exit is MISSING else record.exit
+def job_outcome(record: JobRecord) -> Any:
+    """A terminal job's result, or the error saying why it did not succeed."""
     if record.state == "cancelled":
-        raise JobCancelledError(job_id)
+        raise JobCancelledError(record.id)
     if record.state == "failed":
         raise failed_error(record)
+    return None if record.exit is MISSING else record.exit
+
+
+def settled_result(job_id: str, record: JobRecord | None) -> tuple[bool, Any]:
+    """(True, outcome) for a terminal job (see :func:`job_outcome`), (False, None) for one
+    not finished yet; JobNotFoundError for a job that is gone."""
+    if record is None:
+        raise JobNotFoundError(job_id)
+    if record.is_terminal:
+        return True, job_outcome(record)
     return False, None
 
 
 class PollWaits:
-    """The delays between the reads of a polling result wait and its deadline (shared by
-    ``Job.await_result`` and ``AsyncRedisJobStore.wait_for_result``): 10 ms doubling up to
-    1 s, or along ``poll_schedule`` (seconds; when it runs out the wait times out)."""
+    """The delays between the reads of a polling result wait (a ``poll_schedule`` given
+    to ``Job.await_result`` / ``Job.aawait_result``) and its deadline: 10 ms doubling up
+    to 1 s, or along the schedule (seconds; when it runs out the wait times out)."""
 
     def __init__(
         self, job_id: str, timeout_s: float | None, poll_schedule: Iterable[float] | None

@@ -70,6 +70,9 @@ class StoreKeys:
         self.limits = f"{tag}:limits"
         self.limits_rate = f"{tag}:limits:rate"
         self.limits_blocked = f"{tag}:limits:blocked"
+        # The event stream and its cap (lua/lib/events.lua, store/events.py).
+        self.events = f"{tag}:events"
+        self.events_cap = f"{tag}:events:cap"
 
     def migrating(self, key: str) -> str:
         """Where ``migrate_set`` keeps the rest of the plain set ``key`` (a key of this
@@ -82,6 +85,10 @@ class StoreKeys:
 
     def job(self, job_id: str) -> str:
         return f"{self.tag}:job:{job_id}"
+
+    def logs(self, job_id: str) -> str:
+        """A job's log lines (lua/log.lua); deleted with the job."""
+        return f"{self.tag}:logs:{job_id}"
 
     def attempts(self, job_id: str) -> str:
         return f"{self.tag}:attempts:{job_id}"

@@ -386,10 +386,43 @@ class JobRecord:
     failed_reason: str | None = None
     #: The job's group (``EnqueueRequest.group``; None: none).
     group: str | None = None
+    #: The last progress its handler reported (``current_job().progress``): a number
+    #: 0-100 or a small JSON object; None before any.
+    progress: Any = None
 
     @property
     def is_terminal(self) -> bool:
         return self.state in TERMINAL_STATES
+
+
+@dataclass(frozen=True)
+class JobEvent:
+    """One entry of the store's event stream (``RedisJobStore.events``)."""
+
+    #: The stream entry id (``"<ms>-<n>"``): pass it as ``after`` to read on from here.
+    id: str
+    #: What happened: one of ``EVENT_TYPES``.
+    type: str
+    job_id: str
+    name: str
+    queue: str
+    #: When, in ms on the store's clock.
+    at: int
+    #: The run it belongs to (1 for the first run; 0 before any run).
+    attempt: int
+    #: Details of some events (JSON-decoded; None for most): a ``progress`` event's
+    #: value, a ``log`` event's ``{"message": ...}``, ``{"run_at": ms}`` of a delayed
+    #: retry, ``{"manual": true}`` of an operator's retry.
+    data: Any = None
+
+
+@dataclass(frozen=True)
+class JobLogLine:
+    """One line of a job's log (``RedisJobStore.job_logs``)."""
+
+    #: When it was written, in ms on the store's clock.
+    at: int
+    message: str
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ from store.errors import (
     redis_errors,
     store_error,
 )
+from store.events import EventOperations, check_log_caps
 from store.eviction import warn_once
 from store.flow_control import QueueLimitOperations
 from store.flows import FlowOperations
@@ -88,7 +89,12 @@ class ClaimBatch:
 
 
 class RedisJobStore(
-    StoreCore, ScheduleOperations, FlowOperations, InsightOperations, QueueLimitOperations
+    StoreCore,
+    ScheduleOperations,
+    FlowOperations,
+    InsightOperations,
+    QueueLimitOperations,
+    EventOperations,
 ):
     """The job store on one Redis (standalone, TLS, unix socket or Cluster).
 
@@ -105,10 +111,15 @@ class RedisJobStore(
         history_ttl: HistoryTtl = None,
         store_key: str = "default",
         max_value_bytes: int | None = None,
+        log_max_lines: int | None = None,
+        log_max_bytes: int | None = None,
     ) -> None:
         self._configure(
             client, prefix, indexes, id_generator, clock, history_ttl, store_key, max_value_bytes
         )
+        #: Caps of each job's log (store/events.py; None = the defaults there): past
+        #: either, the oldest lines go.
+        self.log_max_lines, self.log_max_bytes = check_log_caps(log_max_lines, log_max_bytes)
         with redis_errors("loading the store's scripts"):
             self._scripts = ScriptRegistry(client, self.keys.tag)
         self._wake = WakeHub(client, self.keys.wake)
@@ -133,6 +144,11 @@ class RedisJobStore(
         self._scripts.close()
         if close_client:
             self.client.close()
+
+    def after_fork(self) -> None:
+        """Make the store usable in a forked child (the worker's per-job processes): drop
+        the parent's connections without closing them.  The client's pool resets itself."""
+        self._scripts.after_fork()
 
     def check_scripts(self) -> None:
         """Run one cheap read-only script: raises JobStoreError (naming the missing ACL

@@ -59,6 +59,7 @@ except ImportError:  # pure-Python fallback
 HELPERS = (
     "calls",  # call_runs: commands over argument arrays of any length
     "keys",  # bind(tag), the K_* keys, every k_* key builder and member builder
+    "events",  # the store's event stream: EVENTS.emit
     "limits",  # flow control: queue limits checked inside the claim
     "owed",  # owe / with_owed: work a script leaves to bounded follow-up calls
     "chunks",  # the chunked sorted sets (all-jobs set, list indexes) and their head
@@ -349,6 +350,13 @@ class ScriptRegistry(ScriptModes):
                 if action != "reconnect":
                     raise
         raise AssertionError("unreachable")
+
+    def after_fork(self) -> None:
+        """In a forked child: forget the parent's connections without touching them (closing
+        one would shut the socket the parent still uses); the next call opens its own."""
+        self._lock = threading.Lock()
+        self._local = threading.local()
+        self._connections = weakref.WeakSet()
 
     def close(self) -> None:
         with self._lock:

@@ -15,11 +15,14 @@ Steps are plain tuples (they sit on every operation's hot path):
   as the raw redis-py exception (the script registry reads those);
 * ``(PIPE, operation, calls)`` -- one non-transactional pipeline of ``(command, args)``;
 * ``(WAKE, queue)`` -- wake this process's claimers of ``queue`` (the scripts publish the
-  wake for every other process).
+  wake for every other process);
+* ``(SLEEP, seconds)`` -- pause (``time.sleep`` / ``asyncio.sleep``).
 """
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Awaitable, Callable, Generator, Sequence
 from typing import Any, TypeVar
 
@@ -31,6 +34,7 @@ RUN = "run"
 CMD = "cmd"
 PIPE = "pipe"
 WAKE = "wake"
+SLEEP = "sleep"
 
 Step = tuple[Any, ...]
 #: An operation: yields steps, is sent their replies, returns its result.
@@ -51,6 +55,10 @@ def pipe(operation: str, calls: Sequence[tuple[str, tuple[Any, ...]]]) -> Step:
 
 def wake(queue: str) -> Step:
     return (WAKE, queue)
+
+
+def sleep(seconds: float) -> Step:
+    return (SLEEP, seconds)
 
 
 def drive(steps: Steps[T], do: Callable[[Step], Any]) -> T:
@@ -86,7 +94,10 @@ async def adrive(steps: Steps[T], do: Callable[[Step], Awaitable[Any]]) -> T:
 
 
 def client_step(client: Any, step: Step) -> Any:
-    """A CMD or PIPE step on a blocking redis-py client."""
+    """A CMD, PIPE or SLEEP step on a blocking redis-py client."""
+    if step[0] == SLEEP:
+        time.sleep(step[1])
+        return None
     if step[1] is None:
         return _issue(client, step)
     with redis_errors(step[1]):
@@ -94,7 +105,10 @@ def client_step(client: Any, step: Step) -> Any:
 
 
 async def aclient_step(client: Any, step: Step) -> Any:
-    """A CMD or PIPE step on a ``redis.asyncio`` client."""
+    """A CMD, PIPE or SLEEP step on a ``redis.asyncio`` client."""
+    if step[0] == SLEEP:
+        await asyncio.sleep(step[1])
+        return None
     if step[1] is None:
         return await _issue(client, step)
     with redis_errors(step[1]):

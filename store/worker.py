@@ -669,6 +669,8 @@ class Worker:
             record=job,
             clock=self.clock,
             worker_id=self.worker_id,
+            store=self.store,
+            lock_token=token,
         )
         flow: Flow | None = getattr(definition, "flow", None)
         if job.flow is not None and flow is None:
@@ -1211,6 +1213,9 @@ def _carried(exc: BaseException, entry: _InFlight) -> _ChildFailure:
 def _child_main(fn: Callable[..., Any], args: tuple[Any, ...], ctx: JobContext, conn: Any) -> None:
     """Entry point of the per-job child process (fork)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if ctx.store is not None:
+        # The parent's sockets are not ours: progress and log lines use fresh ones.
+        ctx.store.after_fork()
     set_current_job(ctx)
     try:
         value = fn(*args)

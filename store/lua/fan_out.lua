@@ -77,8 +77,9 @@ elseif pending > 0 then
   redis.call('HDEL', jk, 'lock_token', 'lock_expires_at', 'lq')
   counts_add(j.queue, 'active', -1)
   counts_add(j.queue, 'waiting-children', 1)
+  EVENTS.emit('waiting-children', id, j.name, j.queue, j.am, now, '{"pending":' .. fmt(pending) .. '}')
 else
-  make_waiting(id, j, redis.call('INCR', K_SEQ), now, now)
+  make_waiting(id, j, redis.call('INCR', K_SEQ), now, now, 'waiting')
   wake(j.queue)
 end
 return with_owed({ 'ok', j.queue })

@@ -9,6 +9,6 @@ local id = ARGV[2]
 local j = snapshot(id)
 if not j then return { 'notfound' } end
 if j.state ~= 'delayed' then return { 'state', j.state } end
-make_waiting(id, j, j.seq, now, now)
+make_waiting(id, j, j.seq, now, now, 'promoted')
 wake(j.queue)
 return { 'ok', j.queue }

@@ -64,7 +64,7 @@ for _, flow_id in ipairs(order) do
         failed_reason = 'effect-mq: flow child "' .. f.failed_key .. '" failed' }, now)
       out[2 * f.first_failed + 2] = '1'
     elseif tonumber(redis.call('HGET', k_job(flow_id), 'flow_pending')) == 0 then
-      make_waiting(flow_id, j, redis.call('INCR', K_SEQ), now, now)
+      make_waiting(flow_id, j, redis.call('INCR', K_SEQ), now, now, 'waiting')
       wake(j.queue)
       out[2 * f.last + 2] = '1'
     end

@@ -29,12 +29,13 @@ for _, id in ipairs(expired) do
       -- The ledger's only entry for this run is 'stalled'; keep pruning is not
       -- applied on this path (the contract's reference behaviour).
       record_error(id, j, nil, 'job stalled more than allowable limit', now)
+      EVENTS.emit('stalled', id, j.name, j.queue, j.am, now, nil)
       finish(id, j, 'failed', { ledger = 'stalled', prune = false,
         failed_reason = 'job stalled more than allowable limit' }, now)
       out[#out + 1] = id; out[#out + 1] = '1'
     else
       append_attempt(id, 'stalled', j.processed_at, now, nil)
-      make_waiting(id, j, j.seq, now, nil)
+      make_waiting(id, j, j.seq, now, nil, 'stalled')
       requeued = requeued + 1
       out[#out + 1] = id; out[#out + 1] = '0'
     end

@@ -14,7 +14,7 @@ if j.state ~= 'active' or j.lock_token ~= token then return { 'locklost' } end
 if j.cancel_requested then
   finish_cancelled(id, j, now)
 else
-  make_waiting(id, j, j.seq, now, nil)
+  make_waiting(id, j, j.seq, now, nil, 'waiting', '{"released":true}')
   wake(j.queue)
 end
 return with_owed({ 'ok', j.queue })

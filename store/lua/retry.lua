@@ -20,6 +20,7 @@ redis.call('HSET', jk, 'am', '0', 'stalled_count', '0')
 redis.call('HDEL', jk, 'cancel_requested', 'fa', 'pa')
 del_long(jk, 'exit')
 del_long(jk, 'failed_reason')
-make_waiting(id, j, redis.call('INCR', K_SEQ), now, now)
+j.am = 0
+make_waiting(id, j, redis.call('INCR', K_SEQ), now, now, 'retrying', '{"manual":true}')
 wake(j.queue)
 return { 'ok', j.queue }

@@ -90,6 +90,16 @@ def context_details(context: TaskContext, value: int) -> dict[str, Any]:
     }
 
 
+@task(takes_context=True)
+def reports_progress(context: TaskContext, steps: int) -> int:
+    from mqadmin.tasks import task_log, task_progress
+
+    for step in range(1, steps + 1):
+        assert task_progress(context, 100 * step // steps)
+        assert task_log(context, f"step {step} of {steps}")
+    return steps
+
+
 @task()
 def flaky() -> str:
     if flaky_state["fail"]:

@@ -256,6 +256,35 @@ def test_context(run_worker: Any) -> None:
     assert details["worker_ids"] == result.worker_ids
 
 
+def test_progress_and_log_lines_of_a_context_task(run_worker: Any) -> None:
+    from mqadmin.tasks import StoreBackend
+
+    result = t.reports_progress.enqueue(4)
+    run_worker()
+    result.refresh()
+    assert result.status == TaskResultStatus.SUCCESSFUL
+    backend = task_backends[t.reports_progress.backend]
+    assert isinstance(backend, StoreBackend)
+    store = backend.store
+    assert store.get_job(result.id).progress == 100
+    assert [line.message for line in store.job_logs(result.id)] == [
+        f"step {n} of 4" for n in range(1, 5)
+    ]
+    kinds = [e.type for e in store.events("0", count=1000) if e.job_id == result.id]
+    assert kinds == ["enqueued", "active"] + ["progress", "log"] * 4 + ["completed"]
+
+
+def test_task_progress_outside_the_worker_is_refused() -> None:
+    from mqadmin.tasks import task_log, task_progress
+
+    result = t.reports_progress.enqueue(1)
+    context = type("Ctx", (), {"task_result": result})()
+    with pytest.raises(LookupError, match="inside a task run by the mqadmin worker"):
+        task_progress(context, 5)
+    with pytest.raises(LookupError, match="inside a task run by the mqadmin worker"):
+        task_log(context, "x")
+
+
 def test_started_finished_logs(run_worker: Any, caplog: pytest.LogCaptureFixture) -> None:
     result = t.noop_task.enqueue()
     with caplog.at_level(logging.DEBUG, logger=TASKS_LOGGER):

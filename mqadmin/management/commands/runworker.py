@@ -65,6 +65,11 @@ class Command(BaseCommand):
             default="thread",
             help="run plain (sync) handlers in threads or in a killable child process per job",
         )
+        parser.add_argument(
+            "--job-logs",
+            action="store_true",
+            help="copy the logging records a running job makes into that job's own log",
+        )
         parser.add_argument("--lock-duration-ms", type=int, default=30_000)
         parser.add_argument("--poll-interval-ms", type=int, default=5_000)
         parser.add_argument("--stalled-interval-ms", type=int, default=30_000)
@@ -87,6 +92,10 @@ class Command(BaseCommand):
         from store.worker import Worker
 
         runtime.install_registry()
+        if options["job_logs"]:
+            from store.jobs import JobLogHandler
+
+            logging.getLogger().addHandler(JobLogHandler())
         names = runtime.discover_jobs()
         queues = [q for q in options["queues"].split(",") if q]
         try:
@@ -180,7 +189,7 @@ class Command(BaseCommand):
             value = options[flag]
             if value not in (None, ""):
                 argv += [f"--{flag.replace('_', '-')}", str(value)]
-        for flag in ("burst", "no_maintenance"):
+        for flag in ("burst", "no_maintenance", "job_logs"):
             if options[flag]:
                 argv.append(f"--{flag.replace('_', '-')}")
         env = dict(os.environ)

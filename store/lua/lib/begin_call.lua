@@ -7,4 +7,5 @@ local function begin_call(tag)
   -- Slots a failed call freed (with_owed publishes and empties it otherwise).
   if next(LIMITS.freed) ~= nil then LIMITS.freed = {} end
   CZ_FOLDED = false
+  EVENTS.cap = nil
 end

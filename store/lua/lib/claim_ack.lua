@@ -16,12 +16,13 @@ local function promote_due(queue, now, limit)
   local due = redis.call('ZRANGEBYSCORE', dk, '-inf', now, 'LIMIT', 0, limit)
   for _, id in ipairs(due) do
     redis.call('ZREM', dk, id)
-    local f = redis.call('HMGET', k_job(id), 'name', 'priority', 'seq', 'state', 'queue', 'group')
+    local f = redis.call('HMGET', k_job(id), 'name', 'priority', 'seq', 'state', 'queue', 'group', 'am')
     if is_row(f[4], f[5], f[1], f[3]) then
       redis.call('HSET', k_job(id), 'state', 'waiting')
       add_waiting(queue, f[1], f[2] or '0', f[3], id, f[6] or nil)
       counts_add(queue, 'delayed', -1)
       counts_add(queue, 'waiting', 1)
+      EVENTS.emit('waiting', id, f[1], queue, tonumber(f[7]) or 0, now, nil)
     else
       uncount(queue, 'delayed')
     end
@@ -118,7 +119,7 @@ local function claim_next(now, token, lock_ms, queue, names)
 
     local id = string.sub(best_member, WAITING_SEQ_WIDTH + 1)
     local jk = k_job(id)
-    local f = redis.call('HMGET', jk, 'state', 'queue', 'name', 'seq')
+    local f = redis.call('HMGET', jk, 'state', 'queue', 'name', 'seq', 'am')
     local left
     if group then
       left = LIMITS.group_rem(queue, f[3] or nil, group, best_member, true)
@@ -139,6 +140,7 @@ local function claim_next(now, token, lock_ms, queue, names)
       redis.call('ZADD', K_ACTIVE, expires, id)
       counts_add(queue, 'waiting', -1)
       counts_add(queue, 'active', 1)
+      EVENTS.emit('active', id, f[3], queue, (tonumber(f[5]) or 0) + 1, now, nil)
       if lim then
         LIMITS.take(lim, queue, id, expires, now, group, left == 0)
         -- The fourth entry tells a batch claim to stop: each further job of a
@@ -171,15 +173,14 @@ end
 -- a bucket is first used, so a later bucket pushes it out by at most the
 -- hash's own span).
 -- log(2) / 4, written out: a Redis 7 Function library has no math table while it loads.
-local RUN_BUCKET_LOG = 0.17328679513998632
-local RUN_BUCKET_LAST = 100
-local RUN_MINUTE_TTL_MS = 3 * 3600000
-local RUN_HOUR_TTL_MS = 75 * 3600000
+-- (One table: the joined library is near Lua's 200 locals.)
+local RUN = { bucket_log = 0.17328679513998632, bucket_last = 100,
+  minute_ttl_ms = 3 * 3600000, hour_ttl_ms = 75 * 3600000 }
 
 local function run_bucket(ms)
   if ms <= 1 then return 0 end
-  local i = math.ceil(math.log(ms) / RUN_BUCKET_LOG - 1e-9)
-  if i > RUN_BUCKET_LAST then return RUN_BUCKET_LAST end
+  local i = math.ceil(math.log(ms) / RUN.bucket_log - 1e-9)
+  if i > RUN.bucket_last then return RUN.bucket_last end
   return i
 end
 
@@ -196,8 +197,8 @@ local function record_run(j, outcome, now)
   local ms = math.floor(math.max(0, now - started))
   local failed = outcome == 'fail' or outcome == 'retry'
   local bucket = run_bucket(ms)
-  add_run(k_jobmetrics_minute(math.floor(now / 60000), j.name), RUN_MINUTE_TTL_MS, failed, ms, bucket)
-  add_run(k_jobmetrics_hour(math.floor(now / 3600000), j.name), RUN_HOUR_TTL_MS, failed, ms, bucket)
+  add_run(k_jobmetrics_minute(math.floor(now / 60000), j.name), RUN.minute_ttl_ms, failed, ms, bucket)
+  add_run(k_jobmetrics_hour(math.floor(now / 3600000), j.name), RUN.hour_ttl_ms, failed, ms, bucket)
 end
 
 -- Ack: record the outcome of a held run.  outcome is 'complete' | 'fail' |
@@ -211,7 +212,7 @@ local function ack_job(now, id, token, outcome, exit_json, retry_delay)
   if j.state ~= 'active' or j.lock_token ~= token then return { 'locklost' } end
 
   local jk = k_job(id)
-  redis.call('HINCRBY', jk, 'am', 1)
+  j.am = redis.call('HINCRBY', jk, 'am', 1)
   record_run(j, outcome, now)
   if outcome == 'complete' then
     finish(id, j, 'completed', { store_exit = true, exit_json = exit_json, ledger_exit = exit_json }, now)
@@ -233,8 +234,9 @@ local function ack_job(now, id, token, outcome, exit_json, retry_delay)
       redis.call('ZADD', k_delayed(j.queue), now + delay, id)
       counts_add(j.queue, 'active', -1)
       counts_add(j.queue, 'delayed', 1)
+      EVENTS.emit('retrying', id, j.name, j.queue, j.am, now, '{"run_at":' .. fmt(now + delay) .. '}')
     else
-      make_waiting(id, j, seq, now, now)
+      make_waiting(id, j, seq, now, now, 'retrying')
     end
     wake(j.queue)
   end

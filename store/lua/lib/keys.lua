@@ -57,6 +57,12 @@ local function bind(tag)
   K_LIMIT.gtat = B .. ':groups:tat:' -- .. queue
   K_LIMIT.gcool = B .. ':groups:cool:' -- .. queue
   K_LIMIT.gsize = B .. ':groups:size:' -- .. queue
+  -- The event stream and its cap (lib/events.lua), and per job its log lines
+  -- (K_LIMIT.logs .. id; lib/events.lua): kept here, a table, for the same
+  -- reason as the flow-control keys.
+  K_LIMIT.events = B .. ':events'
+  K_LIMIT.evcap = B .. ':events:cap'
+  K_LIMIT.logs = B .. ':logs:' -- .. id
 end
 
 local function k_job(id) return B .. ':job:' .. id end

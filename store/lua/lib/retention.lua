@@ -15,7 +15,7 @@ local function delete_remnant(id)
   redis.call('ZREM', K_ACTIVE, id)
   redis.call('ZREM', K_KEEPAGE, id)
   for _, s in ipairs({ 'completed', 'failed', 'cancelled' }) do redis.call('ZREM', k_finished(s), id) end
-  redis.call('DEL', k_job(id), k_attempts(id))
+  redis.call('DEL', k_job(id), k_attempts(id), K_LIMIT.logs .. id)
 end
 
 -- Remove a job and everything that points at it.  Dedupe entries and outbox
@@ -54,7 +54,7 @@ local function delete_job(id)
   end
   if redis.call('EXISTS', k_flowchildren(id)) == 1 then delete_flow_rows(id) end
   redis.call('HDEL', K_FLOW_OWES, id)
-  redis.call('DEL', jk, k_attempts(id))
+  redis.call('DEL', jk, k_attempts(id), K_LIMIT.logs .. id)
   return true
 end
 

@@ -22,7 +22,7 @@ local function fmt(n) return string.format('%.0f', n) end
 local PIECE, PIECE_MIN = 63, 60
 local PIECE_CODE = {
   payload = 'P', metadata = 'M', exit = 'E', failed_reason = 'R', backoff = 'B',
-  keep = 'K', trace = 'T', parent = 'A', dedupe_key = 'D',
+  keep = 'K', trace = 'T', parent = 'A', dedupe_key = 'D', progress = 'G',
 }
 
 -- Append field = value (in pieces when long) to the HSET argument array h,
@@ -278,6 +278,7 @@ local function insert_job(id, r, dedupe_key, now, idx, seq, acc)
   if dedupe_key ~= '' then n = put_long(h, n, 'dedupe_key', dedupe_key) end
   call_runs('HSET', k_job(id), h, 1, n, 2)
   if r.mode == 'user' then reserve_user_id(id) end
+  EVENTS.emit(state == 'delayed' and 'delayed' or 'enqueued', id, r.name, r.queue, 0, now, nil)
   local queue, name = r.queue, r.name
   local rt
   if acc then

@@ -4,14 +4,14 @@
 -- gone or is a remnant without its identifying fields (see is_row).
 local function snapshot(id)
   local f = redis.call('HMGET', k_job(id), 'state', 'queue', 'name', 'seq', 'priority',
-    'pa', 'cancel_requested', 'keep', 'dedupe_key', 'lock_token', 'lq', 'group')
+    'pa', 'cancel_requested', 'keep', 'dedupe_key', 'lock_token', 'lq', 'group', 'am')
   if not is_row(f[1], f[2], f[3], f[4]) then return nil end
   local jk = k_job(id)
   return {
     state = f[1], queue = f[2], name = f[3], seq = f[4], priority = f[5] or '0',
     processed_at = f[6] or nil, cancel_requested = f[7] == '1', keep = get_long(jk, 'keep', f[8]) or nil,
     dedupe_key = get_long(jk, 'dedupe_key', f[9]) or nil, lock_token = f[10] or nil,
-    limited = f[11] and true or false, group = f[12] or nil,
+    limited = f[11] and true or false, group = f[12] or nil, am = tonumber(f[13]) or 0,
   }
 end
 
@@ -56,6 +56,7 @@ local function finish(id, j, to_state, opts, now)
   redis.call('HINCRBY', k_finished_total(), j.queue .. '|' .. to_state, 1)
   if not folded then append_attempt(id, label, j.processed_at, now, opts.ledger_exit) end
   append_outbox(id, to_state, now)
+  EVENTS.emit(to_state, id, j.name, j.queue, j.am, now, opts.event_data)
   release_dedupe(j.name, j.dedupe_key, id, now)
   retain_terminal(id, j.name, to_state, j.keep, now, opts.prune ~= false)
 end
@@ -66,8 +67,9 @@ local function finish_cancelled(id, j, now)
   finish(id, j, 'cancelled', {}, now)
 end
 
--- Put a job back into waiting with the given seq (kept or fresh).
-local function make_waiting(id, j, seq, now, run_at)
+-- Put a job back into waiting with the given seq (kept or fresh); event is the
+-- type of the event the transition appends (lib/events.lua), data its JSON.
+local function make_waiting(id, j, seq, now, run_at, event, data)
   local jk = k_job(id)
   unlink_from_state(id, j, now)
   if run_at then
@@ -79,6 +81,7 @@ local function make_waiting(id, j, seq, now, run_at)
   add_waiting(j.queue, j.name, j.priority, seq, id, j.group)
   counts_add(j.queue, j.state, -1)
   counts_add(j.queue, 'waiting', 1)
+  EVENTS.emit(event, id, j.name, j.queue, j.am, now, data)
 end
 
 -- cancel(id): returns 'ok', 'notfound', or 'state' plus the current state.
