@@ -42,8 +42,17 @@ ASYNC_OPERATIONS = frozenset(
         "resume",
         "paused_queues",
         "record_resolvable",
+        "events",
+        "last_event_id",
+        "events_max_len",
+        "job_logs",
+        "job_log_length",
+        "wait_for_result",
     }
 )
+
+#: Constructor options only the sync store takes.
+SYNC_ONLY_OPTIONS = ("log_max_lines", "log_max_bytes")
 
 
 class LoopThread:
@@ -108,10 +117,13 @@ def make_store(
         kwargs.setdefault("prefix", prefix)
         kwargs.setdefault("clock", clock)
         client = kwargs.pop("client", None)
+        # Options of the sync store alone (the caps of the job logs its runs write).
+        sync_only = {k: kwargs.pop(k) for k in SYNC_ONLY_OPTIONS if k in kwargs}
         aclient = async_client if client is None else client_like(client)
         astore = loop_thread.run(AsyncRedisJobStore.open(aclient, **kwargs))
         astore._owns_client = client is not None
-        facade = AsyncFacade(astore, RedisJobStore(client or redis_client, **kwargs), loop_thread)
+        sync = RedisJobStore(client or redis_client, **kwargs, **sync_only)
+        facade = AsyncFacade(astore, sync, loop_thread)
         made.append(facade)
         return facade
 

@@ -1,5 +1,5 @@
-"""The sync store's conformance tests for enqueue, enqueue_many, reads, list, counts and
-the admin verbs, run against the async store (the facade of tests/aio/conftest.py).
+"""The sync store's conformance tests for enqueue, enqueue_many, reads, list, counts, the
+admin verbs, the event stream, job logs and the result wait, run against the async store (the facade of tests/aio/conftest.py).
 
 The test functions are the very ones of tests/store/, collected again here where the
 ``store`` fixture is the async store's facade.  Left out, to keep the suite's run time:
@@ -14,7 +14,14 @@ import importlib
 import inspect
 
 #: Modules of tests/store/ whose tests run here too.
-MODULES = ("test_enqueue", "test_enqueue_many", "test_admin", "test_counts", "test_list")
+MODULES = (
+    "test_enqueue",
+    "test_enqueue_many",
+    "test_admin",
+    "test_counts",
+    "test_list",
+    "test_events",
+)
 #: Fixtures those modules define for themselves (collected with their tests).
 MODULE_FIXTURES: set[str] = set()
 #: Tests left out (see the module docstring).
