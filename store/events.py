@@ -121,19 +121,34 @@ def parse_max_len(raw: str | None) -> int:
         return DEFAULT_EVENTS_MAX_LEN
 
 
-def event_from_entry(entry_id: str, fields: dict[str, str]) -> JobEvent:
-    """A JobEvent from one stream entry (tolerant of an entry edited by hand)."""
-    data_text = fields.get("d") or ""
-    return JobEvent(
-        id=entry_id,
-        type=fields.get("t", ""),
-        job_id=fields.get("j", ""),
-        name=fields.get("n", ""),
-        queue=fields.get("q", ""),
-        at=codec.tolerant(int, fields.get("at"), 0),
-        attempt=codec.tolerant(int, fields.get("a"), 0),
-        data=codec.tolerant(codec.loads, data_text, None) if data_text else None,
-    )
+#: The parts of one event in a stream entry (lua/lib/events.lua), joined by NUL.
+EVENT_PARTS = 7
+
+
+def events_from_entry(entry_id: str, fields: dict[str, str]) -> list[JobEvent]:
+    """The JobEvents of one stream entry: every event one store call made, in order, all
+    with the entry's id (tolerant of an entry edited by hand: unreadable parts default)."""
+    parts = (fields.get("e") or "").split("\0")
+    out = []
+    for k in range(0, len(parts) - EVENT_PARTS + 1, EVENT_PARTS):
+        kind, job_id, name, queue, attempt, at, data_text = parts[k : k + EVENT_PARTS]
+        out.append(
+            JobEvent(
+                id=entry_id,
+                type=kind,
+                job_id=job_id,
+                name=name,
+                queue=queue,
+                at=codec.tolerant(int, at, 0),
+                attempt=codec.tolerant(int, attempt, 0),
+                data=codec.tolerant(codec.loads, data_text, None) if data_text else None,
+            )
+        )
+    return out
+
+
+def events_from_entries(entries: Any) -> list[JobEvent]:
+    return [e for entry_id, fields in entries for e in events_from_entry(entry_id, fields or {})]
 
 
 def events_from_reply(reply: Any) -> list[JobEvent]:
@@ -144,7 +159,7 @@ def events_from_reply(reply: Any) -> list[JobEvent]:
         (entries,) = next(iter(reply.values()))
     else:  # RESP2: [[stream, [entry, ...]]]
         entries = reply[0][1]
-    return [event_from_entry(entry_id, fields or {}) for entry_id, fields in entries]
+    return events_from_entries(entries)
 
 
 def encode_progress(value: Any) -> str:
@@ -299,7 +314,10 @@ class EventOperations(EventSteps):
         self, after: str = "$", block_ms: float | None = None, count: int = 100
     ) -> list[JobEvent]:
         """Events after ``after`` (an event id; ``"0"``: from the oldest kept; ``"$"``: only
-        new ones), oldest first, at most ``count`` (1-1000).
+        new ones), oldest first, of at most ``count`` (1-1000) store calls.
+
+        The events one store call made (a bulk enqueue, a batched ack and claim) share one
+        stream entry and its id, and always come together.
 
         With ``block_ms`` it waits up to that long for the first event when none is there
         yet (a ``"$"`` cursor is pinned to the newest event when the call starts, so nothing
@@ -315,10 +333,10 @@ class EventOperations(EventSteps):
         return self._drive(self._last_event_id_steps())
 
     def newest_events(self, count: int = 100) -> list[JobEvent]:
-        """The newest ``count`` (1-1000) events, oldest first."""
+        """The events of the newest ``count`` (1-1000) store calls, oldest first."""
         count = check_count(count, MAX_EVENTS_COUNT)
         entries = self._command("events", "xrevrange", self.keys.events, count=count)
-        return [event_from_entry(entry_id, fields or {}) for entry_id, fields in reversed(entries)]
+        return events_from_entries(reversed(entries))
 
     def events_max_len(self) -> int:
         """How many events the stream keeps (about; 0: no events are written)."""

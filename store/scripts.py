@@ -108,8 +108,12 @@ def _body(name: str) -> str:
 
 @functools.cache
 def script_text(name: str) -> str:
-    """The text EVAL runs for operation ``name``: helpers, per-call set-up, the body."""
-    return f"{_preamble()}\nbegin_call(KEYS[1])\n-- >>> {name}.lua\n{_body(name)}"
+    """The text EVAL runs for operation ``name``: helpers, per-call set-up, the body (run as
+    a function, as in the Function library), then the call's events appended."""
+    return (
+        f"{_preamble()}\nbegin_call(KEYS[1])\n-- >>> {name}.lua\n"
+        f"local op_reply = (function()\n{_body(name)}\nend)()\nEVENTS.flush()\nreturn op_reply"
+    )
 
 
 @functools.cache
@@ -123,7 +127,9 @@ def library() -> tuple[str, str]:
         f"redis.register_function{{function_name='{lib}_{name}', callback=function(keys, args)\n"
         "  KEYS, ARGV = keys, args\n"
         "  begin_call(keys[1])\n"
-        f"  return S[{name!r}]()\n"
+        f"  local reply = S[{name!r}]()\n"
+        "  EVENTS.flush()\n"
+        "  return reply\n"
         f"end{', flags={' + repr('allow-oom') + '}' if name in OOM_SAFE else ''}}}\n"
         for name in script_names()
     )
