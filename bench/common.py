@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import signal
 import statistics
 import subprocess
 import sys
@@ -193,6 +194,16 @@ def fail(message: str, code: int = 1) -> None:
     """Stop a driver with a one-line reason on stderr (the orchestrator shows it)."""
     sys.stderr.write(message.rstrip() + "\n")
     sys.exit(code)
+
+
+def interrupt_on_sigterm() -> None:
+    """SIGTERM unwinds like Ctrl-C (KeyboardInterrupt): a bench stops its children and its
+    private server on the way out."""
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
 
 
 def unsupported(lib: str, mode: str, why: str) -> None:

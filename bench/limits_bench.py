@@ -40,7 +40,6 @@ import itertools
 import json
 import os
 import platform
-import signal
 import subprocess
 import sys
 import time
@@ -60,6 +59,7 @@ from bench.common import (  # noqa: E402
     chunks,
     fmt_per_s,
     fmt_us,
+    interrupt_on_sigterm,
     med,
     payload,
     quiet_logging,
@@ -527,17 +527,13 @@ def parse_cli(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
-def _sigterm(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt  # unwind: the drain's workers and the server are stopped
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_cli(argv)
     quiet_logging()
     binary = args.redis_server or find_redis_server()
     if binary is None:
         sys.exit("limits_bench: no redis-server binary found (--redis-server BIN)")
-    signal.signal(signal.SIGTERM, _sigterm)
+    interrupt_on_sigterm()  # unwind: the drain's workers and the server are stopped
     cpu = make_cpu_plan(args.cpu_pin)
     pin = cpu.client_preexec()
     if pin is not None:
