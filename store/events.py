@@ -121,28 +121,29 @@ def parse_max_len(raw: str | None) -> int:
         return DEFAULT_EVENTS_MAX_LEN
 
 
-#: The parts of one event in a stream entry (lua/lib/events.lua), joined by NUL.
-EVENT_PARTS = 7
+#: The parts of a record of events in a stream entry before its job ids (lua/lib/events.lua):
+#: type, name, queue, attempt, time, data, count.
+RECORD_HEAD = 7
 
 
 def events_from_entry(entry_id: str, fields: dict[str, str]) -> list[JobEvent]:
     """The JobEvents of one stream entry: every event one store call made, in order, all
-    with the entry's id (tolerant of an entry edited by hand: unreadable parts default)."""
+    with the entry's id (tolerant of an entry edited by hand: unreadable parts default, a
+    cut record yields the ids it has)."""
     parts = (fields.get("e") or "").split("\0")
     out = []
-    for k in range(0, len(parts) - EVENT_PARTS + 1, EVENT_PARTS):
-        kind, job_id, name, queue, attempt, at, data_text = parts[k : k + EVENT_PARTS]
-        out.append(
-            JobEvent(
-                id=entry_id,
-                type=kind,
-                job_id=job_id,
-                name=name,
-                queue=queue,
-                at=codec.tolerant(int, at, 0),
-                attempt=codec.tolerant(int, attempt, 0),
-                data=codec.tolerant(codec.loads, data_text, None) if data_text else None,
-            )
+    k = 0
+    while k + RECORD_HEAD < len(parts):
+        kind, name, queue, attempt_text, at_text, data_text, count = parts[k : k + RECORD_HEAD]
+        ids = parts[k + RECORD_HEAD : k + RECORD_HEAD + codec.tolerant(int, count, 0)]
+        k += RECORD_HEAD + len(ids)
+        if not ids:
+            break
+        at = codec.tolerant(int, at_text, 0)
+        attempt = codec.tolerant(int, attempt_text, 0)
+        data = codec.tolerant(codec.loads, data_text, None) if data_text else None
+        out.extend(
+            JobEvent(entry_id, kind, job_id, name, queue, at, attempt, data) for job_id in ids
         )
     return out
 

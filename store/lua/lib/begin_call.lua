@@ -8,5 +8,5 @@ local function begin_call(tag)
   if next(LIMITS.freed) ~= nil then LIMITS.freed = {} end
   CZ_FOLDED = false
   -- Events of a call that failed half-way (a Function library keeps its state).
-  if EVENTS.n > 0 then EVENTS.buf, EVENTS.n = {}, 0 end
+  if EVENTS.n > 0 then EVENTS.reset() end
 end
