@@ -131,7 +131,7 @@ def events_from_entry(entry_id: str, fields: dict[str, str]) -> list[JobEvent]:
     with the entry's id (tolerant of an entry edited by hand: unreadable parts default, a
     cut record yields the ids it has)."""
     parts = (fields.get("e") or "").split("\0")
-    out = []
+    out: list[JobEvent] = []
     k = 0
     while k + RECORD_HEAD < len(parts):
         kind, name, queue, attempt_text, at_text, data_text, count = parts[k : k + RECORD_HEAD]
