@@ -55,6 +55,10 @@ from store.keys import StoreKeys
 from store.listing import ORDER_FIELDS, plan_list_query
 from store.records import ALL_STATES
 
+#: A whole-directory check walks every operation (~40 s on a quiet 2-core machine; more
+#: when the suite's workers share the cores): a longer hang guard than the suite's 120 s.
+pytestmark = pytest.mark.timeout(480)
+
 LUA_DIR = store_scripts.LUA_DIR
 #: Captured at import: the cluster guard swaps ``script_text`` during tests.
 SHIPPED_SCRIPT_TEXT = store_scripts.script_text
