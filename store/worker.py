@@ -651,7 +651,7 @@ class Worker:
         return (s for s in self._held.values() if not s.lost and not s.cancelled)
 
     async def _bound_prefetch_waits(self) -> None:
-        """Hand back each auto-prefetched job whose wait reaches ``prefetch_wait_ms`` while its
+        """Hand back each auto-prefetched job whose wait passes ``prefetch_wait_ms`` while its
         taker is still busy with an earlier job, so that an idle worker can run it; no
         attempt is used.  Sleeps on the clock only while such jobs are held."""
         assert self._held_added is not None
@@ -663,7 +663,7 @@ class Worker:
                 await added.wait()
                 continue
             await sleep_ms(
-                self.clock, max(0, oldest.claimed_at + self.prefetch_wait_ms - self.clock())
+                self.clock, max(0, oldest.claimed_at + self.prefetch_wait_ms + 1 - self.clock())
             )
             try:
                 await self._release_late()
@@ -671,8 +671,8 @@ class Worker:
                 logger.exception("handing back prefetched jobs failed; carrying on")
 
     async def _release_late(self) -> None:
-        """Release the prefetched jobs held ``prefetch_wait_ms`` or longer."""
-        cutoff = self.clock() - self.prefetch_wait_ms
+        """Release the prefetched jobs that have waited longer than ``prefetch_wait_ms``."""
+        cutoff = self.clock() - self.prefetch_wait_ms - 1
         late: list[_Held] = []
         for state in self._waiting():
             if state.claimed_at > cutoff:
@@ -683,7 +683,7 @@ class Worker:
             state.released = True
         if late:
             logger.info(
-                "handing back %d prefetched job(s) that waited %d ms: their taker is busy",
+                "handing back %d prefetched job(s) that waited over %d ms: their taker is busy",
                 len(late),
                 self.prefetch_wait_ms,
             )
