@@ -197,11 +197,12 @@ def render_prefetch(runs: dict[str, list[DrainRun]], args: argparse.Namespace) -
         f"prefetch (here {best}); *Redis µs/job*: every command's time (INFO commandstats); "
         "*server CPU µs/job*: `used_cpu_sys + used_cpu_user` over the drain; *server CPU*: "
         "the same as a share of one core over the drain; *claims/job*: the worker's "
-        "`ack_and_claim_many` calls.",
+        "`ack_and_claim_many` calls; *handed back*: prefetched jobs the wait bound returned "
+        "to the queue (auto only).",
         "",
         "| prefetch | jobs/s | ÷ best tuned | Redis µs/job | server CPU µs/job | server CPU "
-        "| claims/job |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        "| claims/job | handed back |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for variant, rs in runs.items():
         label = {OLD_DEFAULT: "1 (the default before)", AUTO: "**auto (the default)**"}.get(
@@ -213,7 +214,8 @@ def render_prefetch(runs: dict[str, list[DrainRun]], args: argparse.Namespace) -
             f"| {_us_per_job([r.redis_us / r.n for r in rs])} "
             f"| {_us_per_job([r.server_cpu_s * 1e6 / r.n for r in rs])} "
             f"| {_med([r.server_cpu_s / r.seconds for r in rs]):.0%} "
-            f"| {_med([r.calls / r.n for r in rs]):.3f} |"
+            f"| {_med([r.calls / r.n for r in rs]):.3f} "
+            f"| {_med([float(r.released) for r in rs]):,.0f} |"
         )
     verdict = "PASS" if auto_ratio >= PREFETCH_TARGET else "FAIL"
     out += [

@@ -268,6 +268,8 @@ class DrainRun:
     #: (used_cpu_sys + used_cpu_user of INFO cpu) over the drain.
     redis_us: int = 0
     server_cpu_s: float = 0.0
+    #: Prefetched jobs the workers handed back (prefetch auto's wait bound).
+    released: int = 0
 
     @property
     def rate(self) -> float:
@@ -305,7 +307,8 @@ def worker_child(argv: Sequence[str]) -> None:
     worker.run(install_signal_handlers=False)
     ended = time.monotonic()
     jobs.close()
-    print(json.dumps({"ended": ended, **seen}), flush=True)
+    released = worker.stats["released"]  # prefetched jobs handed back by the wait bound
+    print(json.dumps({"ended": ended, "released": released, **seen}), flush=True)
 
 
 def server_cpu_seconds(client: redis.Redis) -> float:
@@ -387,6 +390,7 @@ def drain_run(
                 if isinstance(v, dict) and k not in ("cmdstat_config|resetstat", "cmdstat_info")
             ),
             server_cpu_s=cpu_after - cpu_before,
+            released=sum(r["released"] for r in reports),
         )
     finally:
         for child in children:  # only on failure are any still running

@@ -105,6 +105,9 @@ RESOLVER_REFRESH_MS = 1_000
 AUTO_PREFETCH_MAX = 32
 #: The default bound on how long an auto-prefetched job waits in a taker before it starts.
 PREFETCH_WAIT_MS = 100
+#: The share of the wait bound a batch is sized to fill at the estimated run time: the rest
+#: absorbs run times above the estimate, so that the bound rarely has to hand jobs back.
+WAIT_SHARE = 0.5
 #: After a queue-limited answer, how long an auto prefetch claims one job at a time.
 LIMITED_HOLD_MS = 1_000
 #: The weight of a new run time in the auto prefetch's estimate when it is below the estimate
@@ -194,7 +197,7 @@ class AutoPrefetch:
     A taker runs its batch one job after another, so the last of ``b`` prefetched jobs
     waits about ``(b - 1)`` run times in this worker while another worker may be idle.
     The batch doubles after every claim that came back full (the queue is deep), up to
-    ``cap`` and to ``1 + wait_ms / run time`` (the run time estimate jumps up at once
+    ``cap`` and to ``1 + wait_ms * WAIT_SHARE / run time`` (the run time estimate jumps up at once
     on a longer run and decays slowly), so long jobs are claimed one at a time.  A claim
     that came back short sets the next batch to what it got (the queue is shallow: leave
     the rest to the other workers); a queue with limits, whose batches the store cuts to
@@ -214,7 +217,7 @@ class AutoPrefetch:
         """How many jobs fit the wait bound at the estimated run time."""
         if not self.run_ms:
             return self.cap
-        return max(1, min(self.cap, 1 + int(self.wait_ms / self.run_ms)))
+        return max(1, min(self.cap, 1 + int(self.wait_ms * WAIT_SHARE / self.run_ms)))
 
     def want(self) -> int:
         return min(self.size, self.fits())

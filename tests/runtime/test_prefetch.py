@@ -35,15 +35,15 @@ def test_auto_prefetch_doubles_while_claims_come_back_full_up_to_the_cap() -> No
     assert AUTO_PREFETCH_MAX == 32
 
 
-def test_auto_prefetch_fits_the_batch_to_the_wait_bound() -> None:
+def test_auto_prefetch_fits_the_batch_to_half_the_wait_bound() -> None:
     auto = AutoPrefetch(100)
-    auto.ran(25)  # the 5th job of a batch of 5 waits 4 x 25 = 100 ms
+    auto.ran(10)  # the 6th job of a batch of 6 waits 5 x 10 = 50 ms
     for _ in range(6):
         auto.claimed(auto.want(), auto.want(), None, 0)
-    assert auto.want() == 5
-    auto.ran(100)
+    assert auto.want() == 6
+    auto.ran(50)
     assert auto.want() == 2
-    auto.ran(101)
+    auto.ran(51)
     assert auto.want() == 1
 
 
@@ -207,7 +207,7 @@ def test_a_deep_queue_of_short_jobs_grows_the_batch_to_the_cap(
 def test_long_jobs_are_claimed_one_at_a_time(
     store: RedisJobStore, registry: Any, clock: FakeClock
 ) -> None:
-    drain = Drain(store, registry, clock, ms={"long": 150})
+    drain = Drain(store, registry, clock, ms={"long": 60})
     ids = drain.enqueue(("long", 12))
     worker = Worker(store, [drain.job], registry=registry, burst=True)
     with running(worker):
@@ -218,14 +218,15 @@ def test_long_jobs_are_claimed_one_at_a_time(
 def test_the_batch_fits_the_wait_bound_at_the_jobs_run_time(
     store: RedisJobStore, registry: Any, clock: FakeClock
 ) -> None:
-    drain = Drain(store, registry, clock, ms={"25ms": 25})
-    ids = drain.enqueue(("25ms", 60))
+    drain = Drain(store, registry, clock, ms={"10ms": 10})
+    ids = drain.enqueue(("10ms", 60))
     worker = Worker(store, [drain.job], registry=registry, burst=True)
     with running(worker):
         drain.completed_once(ids)
-    # 1 + 100 ms / 25 ms: the last of a batch waits 4 runs, 100 ms, and is never handed back.
-    assert drain.asked()[:5] == [1, 2, 4, 5, 5]
-    assert max(drain.asked()) == 5
+    # 1 + 50 ms / 10 ms: the last of a batch waits 5 runs, half the bound, and is never
+    # handed back.
+    assert drain.asked()[:5] == [1, 2, 4, 6, 6]
+    assert max(drain.asked()) == 6
     assert worker.stats["released"] == 0
 
 
