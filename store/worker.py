@@ -102,9 +102,9 @@ PRESENCE_INTERVAL_MS = 10_000
 # How often a busy taker re-reads its resolver's names (an idle one re-reads on every empty claim).
 RESOLVER_REFRESH_MS = 1_000
 #: The largest batch an "auto" prefetch claims (the drain bench's best tuned setting).
-AUTO_PREFETCH_MAX = 32
+AUTO_PREFETCH_MAX = 64
 #: The default bound on how long an auto-prefetched job waits in a taker before it starts.
-PREFETCH_WAIT_MS = 100
+PREFETCH_WAIT_MS = 500
 #: The share of the wait bound a batch is sized to fill at the estimated run time: the rest
 #: absorbs run times above the estimate, so that the bound rarely has to hand jobs back.
 WAIT_SHARE = 0.5

@@ -31,8 +31,8 @@ def test_auto_prefetch_doubles_while_claims_come_back_full_up_to_the_cap() -> No
         asked.append(want)
         auto.claimed(want, want, None, 0)
         auto.ran(0)
-    assert asked == [1, 2, 4, 8, 16, 32, 32, 32]
-    assert AUTO_PREFETCH_MAX == 32
+    assert asked == [1, 2, 4, 8, 16, 32, 64, 64]
+    assert AUTO_PREFETCH_MAX == 64
 
 
 def test_auto_prefetch_fits_the_batch_to_half_the_wait_bound() -> None:
@@ -58,10 +58,10 @@ def test_auto_prefetch_stays_at_one_for_long_jobs() -> None:
 
 def test_auto_prefetch_shrinks_at_once_and_grows_back_slowly() -> None:
     auto = AutoPrefetch(100)
-    for _ in range(6):
+    for _ in range(7):
         auto.claimed(auto.want(), auto.want(), None, 0)
-        auto.ran(1)
-    assert auto.want() == 32
+        auto.ran(0)
+    assert auto.want() == 64
     auto.ran(500)  # one long run replaces the estimate
     assert auto.want() == 1
     wants = []
@@ -69,7 +69,7 @@ def test_auto_prefetch_shrinks_at_once_and_grows_back_slowly() -> None:
         auto.ran(0)
         auto.claimed(auto.want(), auto.want(), None, 0)
         wants.append(auto.want())
-    assert wants[0] == 1 and wants[-1] == 32
+    assert wants[0] == 1 and wants[-1] == 64
     assert wants == sorted(wants)  # back up step by step as the estimate decays
 
 
@@ -97,9 +97,9 @@ def test_auto_prefetch_claims_one_at_a_time_on_a_limited_queue_for_a_while() -> 
 
 def test_auto_prefetch_starts_again_at_one_after_a_hand_back() -> None:
     auto = AutoPrefetch(100)
-    for _ in range(5):
+    for _ in range(6):
         auto.claimed(auto.want(), auto.want(), None, 0)
-    assert auto.want() == 32
+    assert auto.want() == 64
     auto.overheld()
     assert auto.want() == 1
 
@@ -124,7 +124,7 @@ def test_bad_prefetch_settings_are_refused(
 
 def test_prefetch_defaults_to_auto(store: RedisJobStore, registry: Any) -> None:
     worker = Worker(store, registry=registry)
-    assert worker.prefetch == "auto" and worker.prefetch_wait_ms == 100
+    assert worker.prefetch == "auto" and worker.prefetch_wait_ms == 500
     assert Worker(store, registry=registry, prefetch="8").prefetch == 8
 
 
@@ -199,7 +199,7 @@ def test_a_deep_queue_of_short_jobs_grows_the_batch_to_the_cap(
     with running(worker):
         drain.completed_once(ids)
     asked = drain.asked()
-    assert asked[:7] == [1, 2, 4, 8, 16, 32, 32]
+    assert asked[:8] == [1, 2, 4, 8, 16, 32, 64, 64]
     assert max(asked) == AUTO_PREFETCH_MAX
     assert worker.stats["released"] == 0
 
@@ -209,7 +209,7 @@ def test_long_jobs_are_claimed_one_at_a_time(
 ) -> None:
     drain = Drain(store, registry, clock, ms={"long": 60})
     ids = drain.enqueue(("long", 12))
-    worker = Worker(store, [drain.job], registry=registry, burst=True)
+    worker = Worker(store, [drain.job], registry=registry, burst=True, prefetch_wait_ms=100)
     with running(worker):
         drain.completed_once(ids)
     assert set(drain.asked()) == {1}
@@ -220,7 +220,7 @@ def test_the_batch_fits_the_wait_bound_at_the_jobs_run_time(
 ) -> None:
     drain = Drain(store, registry, clock, ms={"10ms": 10})
     ids = drain.enqueue(("10ms", 60))
-    worker = Worker(store, [drain.job], registry=registry, burst=True)
+    worker = Worker(store, [drain.job], registry=registry, burst=True, prefetch_wait_ms=100)
     with running(worker):
         drain.completed_once(ids)
     # 1 + 50 ms / 10 ms: the last of a batch waits 5 runs, half the bound, and is never
@@ -234,14 +234,15 @@ def test_the_batch_shrinks_after_long_jobs_and_grows_back(
     store: RedisJobStore, registry: Any, clock: FakeClock
 ) -> None:
     drain = Drain(store, registry, clock, ms={"long": 150})
-    ids = drain.enqueue(("short", 64), ("long", 3), ("short", 200))
-    worker = Worker(store, [drain.job], registry=registry, burst=True)
+    ids = drain.enqueue(("short", 64), ("long", 3), ("short", 300))
+    worker = Worker(store, [drain.job], registry=registry, burst=True, prefetch_wait_ms=100)
     with running(worker):
         drain.completed_once(ids)
-    assert max(drain.asked(lambda e: e == ("claim", 1, 1))) == 32  # grown before the long jobs
+    first_long = next(i for i, e in enumerate(drain.events) if e[:2] == ("run", "long"))
+    assert max(e[1] for e in drain.events[:first_long] if e[0] == "claim") == 64
     after_long = drain.asked(lambda e: e[:2] == ("run", "long"))
     assert after_long[0] == 1
-    assert max(after_long) == 32  # and back up once the estimate decays
+    assert max(after_long) == 64  # and back up once the estimate decays
 
 
 def test_a_prefetched_job_waits_no_longer_than_the_bound_then_is_handed_back(

@@ -55,6 +55,8 @@ class Command(BaseCommand):
     help = "Run a worker for the project's jobs (or supervise several with --processes)."
 
     def add_arguments(self, parser: CommandParser) -> None:
+        from store.worker import AUTO_PREFETCH_MAX, PREFETCH_WAIT_MS
+
         parser.add_argument(
             "--store", default="default", help="configured store to serve (MQ_STORES name)"
         )
@@ -72,15 +74,15 @@ class Command(BaseCommand):
             type=_prefetch,
             default="auto",
             help="jobs each taker claims at once (a batch's acks ride with the next claim): "
-            "'auto' (default) grows the batch up to 32 while the queue is deep and the jobs "
-            "short, one at a time for long jobs; or exactly N",
+            f"'auto' (default) grows the batch up to {AUTO_PREFETCH_MAX} while the queue is "
+            "deep and the jobs short, one at a time for long jobs; or exactly N",
         )
         parser.add_argument(
             "--prefetch-wait-ms",
             type=_positive,
-            default=100,
+            default=PREFETCH_WAIT_MS,
             help="with --prefetch auto: the longest a prefetched job waits in this worker "
-            "before it is handed back for another worker (default 100)",
+            f"before it is handed back for another worker (default {PREFETCH_WAIT_MS})",
         )
         parser.add_argument("--burst", action="store_true", help="exit when the queues are empty")
         parser.add_argument(
