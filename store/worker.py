@@ -2,7 +2,8 @@
 
 One :class:`Worker` serves one store.  Inside an asyncio event loop it runs,
 per registered queue, ``concurrency`` taker tasks (claim -> run -> ack, with
-the ack and the next claim in one round trip), plus a heartbeat (lock renewal
+the acks of a batch and the next claim in one round trip; ``prefetch="auto"``
+sizes each batch, see :class:`AutoPrefetch`), plus a heartbeat (lock renewal
 and cancel delivery) and, unless ``maintenance=False``, the maintenance loops
 (stalled recovery, schedule ticks, history and dedupe sweeps).  Store calls run
 in a small thread pool on the synchronous store; sleeps run on the store's
