@@ -11,10 +11,14 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import signal
+import statistics
+import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 MODES = ("enqueue-single", "enqueue-bulk", "process")
@@ -72,7 +76,8 @@ def parse_args(
     return args
 
 
-def _read_commandstats(client: Any) -> dict[str, tuple[int, int]]:
+def read_commandstats(client: Any) -> dict[str, tuple[int, int]]:
+    """``INFO commandstats`` as {command: (calls, usec)} (``cmdstat_`` taken off the names)."""
     info = client.info("commandstats")
     stats: dict[str, tuple[int, int]] = {}
     for key, value in info.items():
@@ -106,12 +111,12 @@ class CommandStats:
         if self.how == "reset":
             self._client.config_resetstat()
         else:
-            self._before = _read_commandstats(self._client)
+            self._before = read_commandstats(self._client)
 
     def stop(self) -> None:
         if self.how == "off" or self._client is None:
             return
-        after = _read_commandstats(self._client)
+        after = read_commandstats(self._client)
         self._client.close()
         result: dict[str, tuple[int, int]] = {}
         for name, (calls, usec) in after.items():
@@ -191,5 +196,61 @@ def fail(message: str, code: int = 1) -> None:
     sys.exit(code)
 
 
+def interrupt_on_sigterm() -> None:
+    """SIGTERM unwinds like Ctrl-C (KeyboardInterrupt): a bench stops its children and its
+    private server on the way out."""
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
+
+
 def unsupported(lib: str, mode: str, why: str) -> None:
     fail(f"{lib}: mode {mode!r} is not supported: {why}", EXIT_UNSUPPORTED)
+
+
+# --------------------------------------------------------------------------------------------
+# Report helpers of the benches that run many variants (limits_bench, live_bench)
+
+
+def med(values: Sequence[float]) -> float:
+    return statistics.median(values)
+
+
+def percentile(values: Sequence[float], pct: float) -> float:
+    """The nearest-rank percentile (``pct`` 0-100) of ``values``."""
+    ordered = sorted(values)
+    rank = max(1, -(-len(ordered) * pct // 100))  # ceil(n * pct / 100), at least 1
+    return ordered[int(rank) - 1]
+
+
+def spread(values: Sequence[float], fmt: Callable[[float], str]) -> str:
+    """ "median [min–max]" of ``values``, each formatted by ``fmt``."""
+    return f"{fmt(med(values))} [{fmt(min(values))}–{fmt(max(values))}]"
+
+
+def fmt_us(value: float) -> str:
+    return f"{value:.1f}"
+
+
+def fmt_per_s(value: float) -> str:
+    return f"{value:,.0f}"
+
+
+def rotated(items: Sequence[str], r: int) -> list[str]:
+    """``items`` rotated by ``r``: run r of a bench measures its variants in this order."""
+    k = r % len(items)
+    return [*items[k:], *items[:k]]
+
+
+def tree_commit(root: Path) -> str:
+    """The short commit of the git tree at ``root`` ("+ changes" when it is dirty)."""
+
+    def git(*argv: str) -> str:
+        return subprocess.run(
+            ["git", "-C", str(root), *argv], capture_output=True, text=True
+        ).stdout.strip()
+
+    dirty = git("status", "--porcelain", "--untracked-files=no")
+    return f"{git('rev-parse', '--short', 'HEAD') or '?'}{' + changes' if dirty else ''}"

@@ -46,17 +46,19 @@ if __package__ in (None, ""):
 
 import redis  # noqa: E402
 
-from bench.common import quiet_logging  # noqa: E402
+from bench.common import (  # noqa: E402
+    fmt_per_s,
+    med,
+    quiet_logging,
+    rotated,
+    spread,
+    tree_commit,
+)
 from bench.limits_bench import (  # noqa: E402
     QUEUE,
     DrainRun,
-    _commit,
-    _enqueue,
-    _med,
-    _rate,
-    _rotated,
-    _spread,
     drain_run,
+    enqueue_noops,
     server_cpu_seconds,
 )
 from bench.throughput import (  # noqa: E402
@@ -123,7 +125,7 @@ def runworker_drain(
     proc: subprocess.Popen[str] | None = None
     try:
         jobs.pause(QUEUE)
-        _enqueue(jobs, args.n)
+        enqueue_noops(jobs, args.n)
         proc = subprocess.Popen(
             command,
             stdout=subprocess.PIPE,
@@ -181,14 +183,14 @@ def runworker_drain(
 
 
 def _us_per_job(values: Sequence[float]) -> str:
-    return f"{_med(values):.1f}"
+    return f"{med(values):.1f}"
 
 
 def render_prefetch(runs: dict[str, list[DrainRun]], args: argparse.Namespace) -> list[str]:
     fixed = [v for v in runs if v not in (AUTO, OLD_DEFAULT)]
-    best = max(fixed, key=lambda v: _med([r.rate for r in runs[v]]))
-    best_rate = _med([r.rate for r in runs[best]])
-    auto_ratio = _med([r.rate for r in runs[AUTO]]) / best_rate
+    best = max(fixed, key=lambda v: med([r.rate for r in runs[v]]))
+    best_rate = med([r.rate for r in runs[best]])
+    auto_ratio = med([r.rate for r in runs[AUTO]]) / best_rate
     out = [
         f"### Prefetch: {args.n:,} no-op jobs, one `Worker(concurrency={args.concurrency})` "
         "process, burst",
@@ -209,27 +211,27 @@ def render_prefetch(runs: dict[str, list[DrainRun]], args: argparse.Namespace) -
             variant, variant
         )
         out.append(
-            f"| {label} | {_spread([r.rate for r in rs], _rate)} "
-            f"| {_med([r.rate for r in rs]) / best_rate:.2f}× "
+            f"| {label} | {spread([r.rate for r in rs], fmt_per_s)} "
+            f"| {med([r.rate for r in rs]) / best_rate:.2f}× "
             f"| {_us_per_job([r.redis_us / r.n for r in rs])} "
             f"| {_us_per_job([r.server_cpu_s * 1e6 / r.n for r in rs])} "
-            f"| {_med([r.server_cpu_s / r.seconds for r in rs]):.0%} "
-            f"| {_med([r.calls / r.n for r in rs]):.3f} "
-            f"| {_med([float(r.released) for r in rs]):,.0f} |"
+            f"| {med([r.server_cpu_s / r.seconds for r in rs]):.0%} "
+            f"| {med([r.calls / r.n for r in rs]):.3f} "
+            f"| {med([float(r.released) for r in rs]):,.0f} |"
         )
     verdict = "PASS" if auto_ratio >= PREFETCH_TARGET else "FAIL"
     out += [
         "",
         f"auto ÷ best tuned ({best}): **{auto_ratio:.2f}×** (target ≥ {PREFETCH_TARGET}×: "
         f"**{verdict}**); auto ÷ prefetch 1: "
-        f"{_med([r.rate for r in runs[AUTO]]) / _med([r.rate for r in runs[OLD_DEFAULT]]):.2f}×",
+        f"{med([r.rate for r in runs[AUTO]]) / med([r.rate for r in runs[OLD_DEFAULT]]):.2f}×",
         "",
     ]
     return out
 
 
 def render_processes(runs: dict[int, list[ProcessesRun]], args: argparse.Namespace) -> list[str]:
-    base = _med([r.drain.rate for r in runs[1]])
+    base = med([r.drain.rate for r in runs[1]])
     out = [
         f"### `runworker --processes P --concurrency {args.concurrency} --prefetch "
         f"{args.runworker_prefetch}`: {args.n:,} no-op jobs",
@@ -244,16 +246,16 @@ def render_processes(runs: dict[int, list[ProcessesRun]], args: argparse.Namespa
     ]
     for processes, rs in sorted(runs.items()):
         out.append(
-            f"| {processes} | {_spread([r.drain.rate for r in rs], _rate)} "
-            f"| {_med([r.drain.rate for r in rs]) / base:.2f}× "
+            f"| {processes} | {spread([r.drain.rate for r in rs], fmt_per_s)} "
+            f"| {med([r.drain.rate for r in rs]) / base:.2f}× "
             f"| {_us_per_job([r.drain.redis_us / r.drain.n for r in rs])} "
             f"| {_us_per_job([r.drain.server_cpu_s * 1e6 / r.drain.n for r in rs])} "
-            f"| {_med([r.drain.server_cpu_s / r.drain.seconds for r in rs]):.0%} "
+            f"| {med([r.drain.server_cpu_s / r.drain.seconds for r in rs]):.0%} "
             f"| {_us_per_job([r.client_cpu_s * 1e6 / r.drain.n for r in rs])} "
-            f"| {_med([r.client_cpu_s / r.drain.seconds for r in rs]):.0%} |"
+            f"| {med([r.client_cpu_s / r.drain.seconds for r in rs]):.0%} |"
         )
     if 2 in runs:
-        ratio = _med([r.drain.rate for r in runs[2]]) / base
+        ratio = med([r.drain.rate for r in runs[2]]) / base
         verdict = "PASS" if ratio >= PROCESSES_TARGET else "FAIL"
         out += [
             "",
@@ -315,7 +317,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         version = control.info("server")["redis_version"]
         for r in range(args.runs):
             if "prefetch" in args.parts:
-                for variant in _rotated(args.variants, r):
+                for variant in rotated(args.variants, r):
                     control.flushall()
                     settings = argparse.Namespace(
                         n=args.n, procs=1, worker_concurrency=args.concurrency, prefetch=variant
@@ -329,7 +331,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         file=sys.stderr,
                     )
             if "processes" in args.parts:
-                for processes in _rotated([1, 2], r):
+                for processes in map(int, rotated(["1", "2"], r)):
                     control.flushall()
                     run = runworker_drain(server.url, f"dw{token}{r}", processes, args, cpu)
                     process_runs.setdefault(processes, []).append(run)
@@ -349,7 +351,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     end_load = os.getloadavg()
     lines = [
         f"## Drain: prefetch defaults and worker processes (`bench/drain_bench.py`, tree "
-        f"{_commit()})",
+        f"{tree_commit(ROOT)})",
         "",
         f"- redis-server {version} (`{binary}`), private, no persistence; {cpu.describe()}",
         f"- {os.cpu_count()} CPUs ({_cpu_model()}); load average (1, 5, 15 min) "

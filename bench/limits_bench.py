@@ -40,13 +40,11 @@ import itertools
 import json
 import os
 import platform
-import signal
-import statistics
 import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -57,7 +55,18 @@ if __package__ in (None, ""):  # run as a script: make `bench.*` and `store` imp
 
 import redis  # noqa: E402
 
-from bench.common import chunks, payload, quiet_logging  # noqa: E402
+from bench.common import (  # noqa: E402
+    chunks,
+    fmt_per_s,
+    fmt_us,
+    interrupt_on_sigterm,
+    med,
+    payload,
+    quiet_logging,
+    rotated,
+    spread,
+    tree_commit,
+)
 from bench.throughput import (  # noqa: E402
     CPU_PIN_MODES,
     CpuPlan,
@@ -115,7 +124,7 @@ CLAIM_PASSES: dict[str, tuple[bool, int]] = {
 }
 
 
-def _enqueue(jobs: RedisJobStore, n: int, groups: int = 0) -> None:
+def enqueue_noops(jobs: RedisJobStore, n: int, groups: int = 0) -> None:
     for part in chunks(n):
         jobs.enqueue_many(
             [
@@ -130,7 +139,7 @@ def _enqueue(jobs: RedisJobStore, n: int, groups: int = 0) -> None:
         )
 
 
-def _script_usec(stats: dict[str, Any]) -> int:
+def script_usec(stats: dict[str, Any]) -> int:
     return sum(int(stats.get(f"cmdstat_{c}", {}).get("usec", 0)) for c in SCRIPT_COMMANDS)
 
 
@@ -139,10 +148,10 @@ class ScriptClock:
 
     def __init__(self, url: str) -> None:
         self.client = redis.Redis.from_url(url)
-        self.last = _script_usec(self.client.info("commandstats"))
+        self.last = script_usec(self.client.info("commandstats"))
 
     def lap(self) -> int:
-        now = _script_usec(self.client.info("commandstats"))
+        now = script_usec(self.client.info("commandstats"))
         spent, self.last = now - self.last, now
         return spent
 
@@ -234,7 +243,7 @@ def claim_run(
     limits = dict(limits)
     groups = limits.pop("groups", 0)
     try:
-        _enqueue(jobs, warmup + n, groups)
+        enqueue_noops(jobs, warmup + n, groups)
         if limits:
             jobs.set_queue_limits(QUEUE, **limits)
         _claim_loop(jobs, warmup, 0, 1, None)
@@ -339,7 +348,7 @@ def drain_run(
         url, prefix, str(args.worker_concurrency), str(args.prefetch),
     ]  # fmt: skip
     try:
-        _enqueue(jobs, args.n)
+        enqueue_noops(jobs, args.n)
         if concurrency_limit is not None:
             jobs.set_queue_limits(QUEUE, concurrency=concurrency_limit)
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -378,7 +387,7 @@ def drain_run(
             calls=sum(r["calls"] for r in reports),
             throttled=sum(r["throttled"] for r in reports),
             limited=sum(r["limited"] for r in reports),
-            script_us=_script_usec(stats),
+            script_us=script_usec(stats),
             commands=sum(
                 int(v.get("calls", 0))
                 for k, v in stats.items()
@@ -405,22 +414,6 @@ def drain_run(
 # Report
 
 
-def _med(values: Sequence[float]) -> float:
-    return statistics.median(values)
-
-
-def _spread(values: Sequence[float], fmt: Callable[[float], str]) -> str:
-    return f"{fmt(_med(values))} [{fmt(min(values))}–{fmt(max(values))}]"
-
-
-def _us(value: float) -> str:
-    return f"{value:.1f}"
-
-
-def _rate(value: float) -> str:
-    return f"{value:,.0f}"
-
-
 def _verdict(label: str, ok: bool) -> str:
     if label == UNLIMITED:
         return "—"
@@ -429,9 +422,9 @@ def _verdict(label: str, ok: bool) -> str:
 
 def render_claims(claims: dict[str, dict[str, list[ClaimRun]]], n: int) -> list[str]:
     steady, split, wall = claims["steady"], claims["split"], claims["wall"]
-    base = _med([r.per_job for r in steady[UNLIMITED]])
-    base_claim = _med([r.per_claim for r in split[UNLIMITED]])
-    base_ack = _med([r.per_ack for r in split[UNLIMITED]])
+    base = med([r.per_job for r in steady[UNLIMITED]])
+    base_claim = med([r.per_claim for r in split[UNLIMITED]])
+    base_ack = med([r.per_ack for r in split[UNLIMITED]])
     out = [
         f"### Redis time per claim: {n:,} jobs claimed and acked one call at a time",
         "",
@@ -447,17 +440,17 @@ def render_claims(claims: dict[str, dict[str, list[ClaimRun]]], n: int) -> list[
         "|---|---:|---:|---:|---:|---:|---:|---|",
     ]
     for label, rs in steady.items():
-        ratio = _med([r.per_job for r in rs]) / base
+        ratio = med([r.per_job for r in rs]) / base
         parts = split[label]
         out.append(
-            f"| {label} | {_spread([r.per_job for r in rs], _us)} | {ratio:.2f}× "
-            f"| {_spread([r.per_claim for r in parts], _us)} "
-            f"| {_med([r.per_claim for r in parts]) / base_claim:.2f}× "
-            f"| {_spread([r.per_ack for r in parts], _us)} "
-            f"| {_med([r.per_ack for r in parts]) / base_ack:.2f}× "
+            f"| {label} | {spread([r.per_job for r in rs], fmt_us)} | {ratio:.2f}× "
+            f"| {spread([r.per_claim for r in parts], fmt_us)} "
+            f"| {med([r.per_claim for r in parts]) / base_claim:.2f}× "
+            f"| {spread([r.per_ack for r in parts], fmt_us)} "
+            f"| {med([r.per_ack for r in parts]) / base_ack:.2f}× "
             f"| {_verdict(label, ratio <= CLAIM_TARGET)} |"
         )
-    base = _med([r.per_job for r in wall[UNLIMITED]])
+    base = med([r.per_job for r in wall[UNLIMITED]])
     out += [
         "",
         f"### The same on the wall clock: claim, ack, claim, ack, ... ({n:,} jobs)",
@@ -472,16 +465,16 @@ def render_claims(claims: dict[str, dict[str, list[ClaimRun]]], n: int) -> list[
     ]
     for label, rs in wall.items():
         out.append(
-            f"| {label} | {_spread([r.per_job for r in rs], _us)} "
-            f"| {_med([r.per_job for r in rs]) / base:.2f}× "
-            f"| {_med([r.throttled / r.n for r in rs]):.2f} "
-            f"| {_spread([r.n / r.seconds for r in rs], _rate)} |"
+            f"| {label} | {spread([r.per_job for r in rs], fmt_us)} "
+            f"| {med([r.per_job for r in rs]) / base:.2f}× "
+            f"| {med([r.throttled / r.n for r in rs]):.2f} "
+            f"| {spread([r.n / r.seconds for r in rs], fmt_per_s)} |"
         )
     return [*out, ""]
 
 
 def render_drain(runs: dict[str, list[DrainRun]], args: argparse.Namespace) -> list[str]:
-    base = _med([r.rate for r in runs[UNLIMITED]])
+    base = med([r.rate for r in runs[UNLIMITED]])
     slots = args.procs * args.worker_concurrency
     out = [
         f"### Drain of {args.n:,} jobs: {args.procs} worker processes × concurrency "
@@ -498,27 +491,17 @@ def render_drain(runs: dict[str, list[DrainRun]], args: argparse.Namespace) -> l
         "|---|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for label, rs in runs.items():
-        ratio = _med([r.rate for r in rs]) / base
+        ratio = med([r.rate for r in rs]) / base
         out.append(
-            f"| {label} | {_spread([r.rate for r in rs], _rate)} | {ratio:.2f}× "
-            f"| {_med([r.script_us / r.n for r in rs]):.1f} "
-            f"| {_med([r.commands / r.n for r in rs]):.1f} "
-            f"| {_med([r.calls / r.n for r in rs]):.2f} "
-            f"| {_med([float(r.throttled) for r in rs]):,.0f} "
-            f"| {_med([float(r.limited) for r in rs]):,.0f} "
+            f"| {label} | {spread([r.rate for r in rs], fmt_per_s)} | {ratio:.2f}× "
+            f"| {med([r.script_us / r.n for r in rs]):.1f} "
+            f"| {med([r.commands / r.n for r in rs]):.1f} "
+            f"| {med([r.calls / r.n for r in rs]):.2f} "
+            f"| {med([float(r.throttled) for r in rs]):,.0f} "
+            f"| {med([float(r.limited) for r in rs]):,.0f} "
             f"| {_verdict(label, ratio >= DRAIN_TARGET)} |"
         )
     return [*out, ""]
-
-
-def _commit() -> str:
-    def git(*argv: str) -> str:
-        return subprocess.run(
-            ["git", "-C", str(ROOT), *argv], capture_output=True, text=True
-        ).stdout.strip()
-
-    dirty = git("status", "--porcelain", "--untracked-files=no")
-    return f"{git('rev-parse', '--short', 'HEAD') or '?'}{' + changes' if dirty else ''}"
 
 
 # --------------------------------------------------------------------------------------------
@@ -531,11 +514,6 @@ class Results:
         default_factory=lambda: {how: {} for how in CLAIM_PASSES}
     )
     drain: dict[str, list[DrainRun]] = field(default_factory=dict)
-
-
-def _rotated(items: Sequence[str], r: int) -> list[str]:
-    k = r % len(items)
-    return [*items[k:], *items[:k]]
 
 
 def parse_cli(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -576,17 +554,13 @@ def parse_cli(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
-def _sigterm(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt  # unwind: the drain's workers and the server are stopped
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_cli(argv)
     quiet_logging()
     binary = args.redis_server or find_redis_server()
     if binary is None:
         sys.exit("limits_bench: no redis-server binary found (--redis-server BIN)")
-    signal.signal(signal.SIGTERM, _sigterm)
+    interrupt_on_sigterm()  # unwind: the drain's workers and the server are stopped
     cpu = make_cpu_plan(args.cpu_pin)
     pin = cpu.client_preexec()
     if pin is not None:
@@ -603,7 +577,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         version = control.info("server")["redis_version"]
         for r in range(args.runs):
             if "claims" in args.parts:
-                for label in _rotated(list(CLAIM_VARIANTS), r):
+                for label in rotated(list(CLAIM_VARIANTS), r):
                     for how in CLAIM_PASSES:
                         control.flushall()
                         got = claim_run(
@@ -626,7 +600,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                             file=sys.stderr,
                         )
             if "drain" in args.parts:
-                for label in _rotated(list(drain_variants), r):
+                for label in rotated(list(drain_variants), r):
                     control.flushall()
                     drained = drain_run(
                         server.url, f"ld{token}{r}", drain_variants[label], args, cpu
@@ -648,7 +622,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for how, runs in results.claims.items():
         results.claims[how] = {k: runs[k] for k in CLAIM_VARIANTS if k in runs}
     lines = [
-        f"## Queue limits: cost per claim and drain (`bench/limits_bench.py`, tree {_commit()})",
+        f"## Queue limits: cost per claim and drain (`bench/limits_bench.py`, tree {tree_commit(ROOT)})",
         "",
         f"- redis-server {version} (`{binary}`), private, no persistence; {cpu.describe()}",
         f"- {os.cpu_count()} CPUs ({_cpu_model()}), load average {load:.2f} at the start; "

@@ -105,18 +105,29 @@ class Slots:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        self._freed = threading.Condition(self._lock)
         self._open = 0
+        #: Bumped when a stream finds no free slot: every open stream then writes at once
+        #: (:meth:`Feed.due`), so those whose browser went away end (a WSGI server learns
+        #: it only from a failed write) and free theirs.
+        self.probe = 0
 
     @property
     def open(self) -> int:
         with self._lock:
             return self._open
 
-    def acquire(self, limit: int) -> Slot | None:
-        """A slot, or None when ``limit`` streams are open already."""
+    def acquire(self, limit: int, wait_s: float = 0.0) -> Slot | None:
+        """A slot, or None when ``limit`` streams are open already.
+
+        When they are, the open streams are asked to probe their browsers and the call
+        waits up to ``wait_s`` for one of them to end (a blocking wait: WSGI only).
+        """
         with self._lock:
             if self._open >= limit:
-                return None
+                self.probe += 1
+                if not self._freed.wait_for(lambda: self._open < limit, timeout=wait_s):
+                    return None
             self._open += 1
         return Slot(self)
 
@@ -124,6 +135,7 @@ class Slots:
         """One stream closed (:meth:`Slot.release` calls it, once per slot)."""
         with self._lock:
             self._open -= 1
+            self._freed.notify()
 
 
 class Slot:
@@ -284,6 +296,8 @@ class Feed:
     state: str | None = None
     progress: tuple[Any] | None = None
     lines: list[tuple[int, str]] = field(default_factory=list)
+    #: The last probe request of SLOTS this stream answered.
+    probe_seen: int = field(default_factory=lambda: SLOTS.probe)
 
     def take(self, store: str, events: Iterable[Any]) -> None:
         for event in events:
@@ -335,8 +349,9 @@ class Feed:
             self.last_flush = now
             self.last_write = now
             return self._flush()
-        if now >= self.last_write + self.limits.heartbeat_s:
-            self.last_write = now
+        probe = SLOTS.probe
+        if now >= self.last_write + self.limits.heartbeat_s or probe != self.probe_seen:
+            self.last_write, self.probe_seen = now, probe
             # A comment, and the position: an id-only message moves the browser's
             # Last-Event-ID without dispatching anything.
             return f": keep-alive\nid: {format_position(self.position)}\n\n"

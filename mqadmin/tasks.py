@@ -45,7 +45,7 @@ import threading
 import time
 import traceback
 import weakref
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import UTC, datetime, timedelta
 from inspect import iscoroutinefunction
 from typing import TYPE_CHECKING, Any, cast
@@ -60,6 +60,8 @@ if TYPE_CHECKING:  # checked against Django 6's django.tasks (django-stubs); the
     from django.tasks.base import Task, TaskContext, TaskError, TaskResult, TaskResultStatus
     from django.tasks.signals import task_enqueued, task_finished, task_started
     from django.utils.json import normalize_json
+
+    from store.aio import AsyncRedisJobStore
 else:
     try:  # Django 6.0+
         from django.tasks import exceptions as _exceptions
@@ -380,23 +382,22 @@ class StoreBackend(BaseTaskBackend):
 
     def _insert(self, store: JobStore, request: EnqueueRequest) -> str:
         """Write the job, and (first time in a while) mark its name runnable on its queue."""
-        try:
+        with _refusals(request):
             job_id: str = store.enqueue(request).id
-        except (InvalidRequestError, JobStoreError) as exc:
-            refusal = _refusal(request, exc)
-            if refusal is None:
-                raise
-            raise refusal from exc
-        pair = (request.queue, request.name)
-        with _markers_lock:
-            marks = _markers.setdefault(store, {})
-            seen = marks.get(pair)
-        now = time.monotonic()
-        if seen is None or now - seen > MARKER_TTL_S:
-            # First time: an idle worker may have read the names just before the pair landed.
-            store.record_resolvable(request.queue, request.name, wake=seen is None)
-            with _markers_lock:
-                marks[pair] = now
+        wake = _marker_due(store, request)
+        if wake is not None:
+            store.record_resolvable(request.queue, request.name, wake=wake)
+            _marker_done(store, request)
+        return job_id
+
+    async def _ainsert(self, astore: AsyncRedisJobStore, request: EnqueueRequest) -> str:
+        """:meth:`_insert` on the async store."""
+        with _refusals(request):
+            job_id = (await astore.enqueue(request)).id
+        wake = _marker_due(astore, request)
+        if wake is not None:
+            await astore.record_resolvable(request.queue, request.name, wake=wake)
+            _marker_done(astore, request)
         return job_id
 
     # ------------------------------------------------------------ the backend API
@@ -421,18 +422,36 @@ class StoreBackend(BaseTaskBackend):
         return result
 
     async def aenqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:
-        return await sync_to_async(self.enqueue, thread_sensitive=True)(task, args, kwargs)
+        """:meth:`enqueue` on the async store of this event loop (``StoreRegistry.aget``).
+
+        A caller inside a transaction (only sync code can open one) gets the sync path,
+        which defers the write to the commit."""
+        path = self._validate(task)
+        if self._defer(task):
+            return await sync_to_async(self.enqueue, thread_sensitive=True)(task, args, kwargs)
+        args, kwargs = _json_arguments(path, args, kwargs)
+        astore = await self.registry.aget(self.store_key)
+        now = astore.now()
+        job_id = await self._ainsert(astore, self._request(task, path, args, kwargs, None, now))
+        result = _ready_result(task, job_id, _ms_to_dt(now), args, kwargs, self.alias)
+        await task_enqueued.asend(type(self), task_result=result)
+        return result
 
     def get_result(self, result_id: str) -> TaskResult:
         store = self.store
-        record = store.get_job(result_id) if isinstance(result_id, str) and result_id else None
+        record = store.get_job(result_id) if _result_id(result_id) else None
         if record is None:
             raise TaskResultDoesNotExist(result_id)
         # The ledger survives retries and stall requeues: always read it.
         return self.result_from(record, store.get_attempts(result_id))
 
     async def aget_result(self, result_id: str) -> TaskResult:
-        return await sync_to_async(self.get_result, thread_sensitive=True)(result_id)
+        """:meth:`get_result` on the async store of this event loop."""
+        astore = await self.registry.aget(self.store_key)
+        record = await astore.get_job(result_id) if _result_id(result_id) else None
+        if record is None:
+            raise TaskResultDoesNotExist(result_id)
+        return self.result_from(record, await astore.get_attempts(result_id))
 
     def result_from(self, record: JobRecord, attempts: list[AttemptRecord]) -> TaskResult:
         """The TaskResult of a stored job (TaskResultDoesNotExist if it is no Django task)."""
@@ -621,6 +640,39 @@ def _check_encodable(store: JobStore, request: EnqueueRequest) -> None:
         if refusal is None:
             raise
         raise refusal from exc
+
+
+@contextlib.contextmanager
+def _refusals(request: EnqueueRequest) -> Iterator[None]:
+    """A store refusal of the request's content raised as InvalidTaskArguments."""
+    try:
+        yield
+    except (InvalidRequestError, JobStoreError) as exc:
+        refusal = _refusal(request, exc)
+        if refusal is None:
+            raise
+        raise refusal from exc
+
+
+def _marker_due(store: Any, request: EnqueueRequest) -> bool | None:
+    """Whether the (queue, name) pair of ``request`` is to be recorded as resolvable on
+    ``store`` now: None when it was lately; else whether to wake (the first time an idle
+    worker may have read the names just before the pair landed)."""
+    with _markers_lock:
+        seen = _markers.setdefault(store, {}).get((request.queue, request.name))
+    if seen is None:
+        return True
+    return False if time.monotonic() - seen > MARKER_TTL_S else None
+
+
+def _marker_done(store: Any, request: EnqueueRequest) -> None:
+    with _markers_lock:
+        _markers.setdefault(store, {})[(request.queue, request.name)] = time.monotonic()
+
+
+def _result_id(result_id: Any) -> bool:
+    """Whether ``result_id`` can name a job (a non-empty string)."""
+    return isinstance(result_id, str) and bool(result_id)
 
 
 def _refusal(request: EnqueueRequest, exc: Exception) -> Exception | None:

@@ -79,23 +79,48 @@ def iter_members(
     or above it.  The walk's cursor is a value, so chunks split or merged meanwhile do not
     make it skip a member present throughout.
     """
-    if min_score is not None and newest_first:
-        raise ValueError("min_score walks ascending")
-    if min_score is None:
-        cursor: tuple[str, str] | None = None
-    else:
-        cursor = (str(int(min_score)), "")
-    while True:
-        args: list[Any] = [kind, arg]
-        args += ["1", cursor[0], cursor[1]] if cursor else ["0", "", ""]
-        reply = run("chunk_page", *args, page, "desc" if newest_first else "")
+    walk = MemberWalk(kind, arg, min_score=min_score, page=page, newest_first=newest_first)
+    while not walk.done:
+        members = walk.read(run("chunk_page", *walk.args()))
+        if members:
+            yield members
+
+
+class MemberWalk:
+    """The state of a walk over a chunked set (``iter_members``), without the I/O: run
+    ``chunk_page`` with :meth:`args` and hand the reply to :meth:`read` until ``done``."""
+
+    def __init__(
+        self,
+        kind: str,
+        arg: str = "",
+        *,
+        min_score: int | None = None,
+        page: int = PAGE,
+        newest_first: bool = False,
+    ) -> None:
+        if min_score is not None and newest_first:
+            raise ValueError("min_score walks ascending")
+        self.kind, self.arg, self.page, self.newest_first = kind, arg, page, newest_first
+        self.cursor: tuple[str, str] | None = (
+            None if min_score is None else (str(int(min_score)), "")
+        )
+        self.done = False
+
+    def args(self) -> list[Any]:
+        """The arguments of the next ``chunk_page`` call."""
+        args: list[Any] = [self.kind, self.arg]
+        args += ["1", self.cursor[0], self.cursor[1]] if self.cursor else ["0", "", ""]
+        return [*args, self.page, "desc" if self.newest_first else ""]
+
+    def read(self, reply: list[Any]) -> list[tuple[str, str]]:
+        """The members of one ``chunk_page`` reply; moves the cursor past them."""
         flat = reply[1:]
         members = [(flat[i], flat[i + 1]) for i in range(0, len(flat), 2)]
         if members:
-            yield members
-            cursor = (members[-1][1], members[-1][0])
-        if reply[0] == "1" or not members:
-            return
+            self.cursor = (members[-1][1], members[-1][0])
+        self.done = reply[0] == "1" or not members
+        return members
 
 
 def sizes(client: Any, keys: StoreKeys, directories: list[str]) -> list[int]:

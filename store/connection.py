@@ -23,12 +23,18 @@ so it is reported (``TimeoutError``) rather than sent a second time.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
 
 import redis
+import redis.asyncio
+import redis.asyncio.cluster
+import redis.asyncio.retry
 import redis.cluster
 from redis.backoff import ExponentialBackoff, NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -67,12 +73,32 @@ STANDALONE_SCHEMES = frozenset({"redis", "rediss", "unix"})
 MASK = "***"
 
 Client = redis.Redis | redis.cluster.RedisCluster
+AsyncClient = redis.asyncio.Redis | redis.asyncio.cluster.RedisCluster
 
 
-def _retry() -> Retry:
+@dataclass(frozen=True)
+class Flavor:
+    """The redis-py classes of one kind of client: blocking or asyncio."""
+
+    standalone: Any
+    cluster: Any
+    node: Any
+    retry: Any
+
+
+SYNC = Flavor(redis.Redis, redis.cluster.RedisCluster, redis.cluster.ClusterNode, Retry)
+ASYNC = Flavor(
+    redis.asyncio.Redis,
+    redis.asyncio.cluster.RedisCluster,
+    redis.asyncio.cluster.ClusterNode,
+    redis.asyncio.retry.Retry,
+)
+
+
+def _retry(flavor: Flavor = SYNC) -> Any:
     # Only connection errors: redis-py's default also retries timeouts, which would send
     # a command that may already be queued on the server (a frozen one, say) again.
-    return Retry(
+    return flavor.retry(
         ExponentialBackoff(cap=RETRY_BACKOFF_CAP_S, base=RETRY_BACKOFF_BASE_S),
         RETRY_ATTEMPTS,
         supported_errors=(RedisConnectionError,),
@@ -126,6 +152,21 @@ def connect(url: str | None = None, *, cluster: bool = False, **kwargs: Any) -> 
             Redis could not be started.
         InvalidRequestError: the URL is not one of the accepted forms.
     """
+    url, is_cluster = resolve_url(url, cluster)
+    with connect_errors(url):
+        client = build_client(url, is_cluster, kwargs, SYNC)
+        try:
+            client.ping()
+        except BaseException:
+            _close_quietly(client)
+            raise
+    logger.debug("connected to Redis at %s", mask_url(url))
+    return client
+
+
+def resolve_url(url: str | None, cluster: bool = False) -> tuple[str, bool]:
+    """(URL, is a cluster) of :func:`connect`'s arguments; starts the embedded Redis when
+    there is no URL.  Raises InvalidRequestError for a URL of an unknown form."""
     if url is None:
         url = os.environ.get(URL_ENV) or None
     if not url:
@@ -139,21 +180,28 @@ def connect(url: str | None = None, *, cluster: bool = False, **kwargs: Any) -> 
             f"unsupported Redis URL {mask_url(url)!r}: expected redis://, rediss://, unix://, "
             "redis+cluster:// or rediss+cluster://"
         )
-    client: Client | None = None
+    return url, is_cluster
+
+
+def build_client(url: str, is_cluster: bool, kwargs: dict[str, Any], flavor: Flavor) -> Any:
+    """A client of ``flavor`` (not yet connected) with this module's options."""
+    if is_cluster:
+        return _cluster_client(url, kwargs, flavor)
+    return _standalone_client(url, kwargs, flavor)
+
+
+@contextlib.contextmanager
+def connect_errors(url: str) -> Iterator[None]:
+    """What connecting to ``url`` may raise, as JobStoreError / InvalidRequestError."""
     try:
-        client = _cluster_client(url, kwargs) if is_cluster else _standalone_client(url, kwargs)
-        client.ping()
-    except (RedisError, RedisClusterException, OSError) as exc:
-        if client is not None:
-            _close_quietly(client)
-        raise JobStoreError(f"cannot connect to Redis at {mask_url(url)}: {exc}", exc) from exc
+        yield
     except InvalidRequestError:
         raise
+    except (RedisError, RedisClusterException, OSError) as exc:
+        raise JobStoreError(f"cannot connect to Redis at {mask_url(url)}: {exc}", exc) from exc
     except ValueError as exc:
         # redis-py's URL parser (e.g. a non-numeric port).
         raise InvalidRequestError(f"invalid Redis URL {mask_url(url)}: {exc}") from exc
-    logger.debug("connected to Redis at %s", mask_url(url))
-    return client
 
 
 def connect_probe(url: str | None, timeout_s: float) -> Client:
@@ -180,10 +228,10 @@ def _timeout_options() -> dict[str, Any]:
     return {"socket_connect_timeout": connect_timeout, "socket_timeout": socket_timeout}
 
 
-def _standalone_client(url: str, kwargs: dict[str, Any]) -> redis.Redis:
+def _standalone_client(url: str, kwargs: dict[str, Any], flavor: Flavor) -> Any:
     options: dict[str, Any] = {
         "health_check_interval": HEALTH_CHECK_INTERVAL_S,
-        "retry": _retry(),
+        "retry": _retry(flavor),
         "retry_on_error": [RedisConnectionError],
         **_timeout_options(),
     }
@@ -192,10 +240,10 @@ def _standalone_client(url: str, kwargs: dict[str, Any]) -> redis.Redis:
         options["socket_keepalive"] = True
     options.update(kwargs)
     options["decode_responses"] = True
-    return redis.Redis.from_url(url, **options)
+    return flavor.standalone.from_url(url, **options)
 
 
-def _cluster_client(url: str, kwargs: dict[str, Any]) -> redis.cluster.RedisCluster:
+def _cluster_client(url: str, kwargs: dict[str, Any], flavor: Flavor) -> Any:
     parts = urlsplit(url)
     scheme = parts.scheme.lower()
     if parts.query:
@@ -203,12 +251,12 @@ def _cluster_client(url: str, kwargs: dict[str, Any]) -> redis.cluster.RedisClus
             "query options are not supported in cluster URLs; pass them as keyword arguments"
         )
     userinfo, _, hosts = parts.netloc.rpartition("@")
-    nodes = [redis.cluster.ClusterNode(host, port) for host, port in _parse_hosts(hosts)]
+    nodes = [flavor.node(host, port) for host, port in _parse_hosts(hosts)]
     options: dict[str, Any] = {
         "startup_nodes": nodes,
         # The cluster client retries whole commands (it re-resolves slots between
         # attempts); per-node retry options are not accepted by RedisCluster.
-        "retry": _retry(),
+        "retry": _retry(flavor),
         "socket_keepalive": True,
         **_timeout_options(),
     }
@@ -222,7 +270,7 @@ def _cluster_client(url: str, kwargs: dict[str, Any]) -> redis.cluster.RedisClus
             options["password"] = unquote(password)
     options.update(kwargs)
     options["decode_responses"] = True
-    return redis.cluster.RedisCluster(**options)
+    return flavor.cluster(**options)
 
 
 def _parse_hosts(hosts: str) -> list[tuple[str, int]]:

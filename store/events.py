@@ -23,6 +23,7 @@ from store import codec
 from store.errors import InvalidRequestError, JobNotFoundError
 from store.keys import StoreKeys
 from store.records import JobEvent, JobLogLine, JobRecord
+from store.steps import Steps, cmd, sleep
 
 #: Every event type the stream carries.
 EVENT_TYPES = (
@@ -120,19 +121,35 @@ def parse_max_len(raw: str | None) -> int:
         return DEFAULT_EVENTS_MAX_LEN
 
 
-def event_from_entry(entry_id: str, fields: dict[str, str]) -> JobEvent:
-    """A JobEvent from one stream entry (tolerant of an entry edited by hand)."""
-    data_text = fields.get("d") or ""
-    return JobEvent(
-        id=entry_id,
-        type=fields.get("t", ""),
-        job_id=fields.get("j", ""),
-        name=fields.get("n", ""),
-        queue=fields.get("q", ""),
-        at=codec.tolerant(int, fields.get("at"), 0),
-        attempt=codec.tolerant(int, fields.get("a"), 0),
-        data=codec.tolerant(codec.loads, data_text, None) if data_text else None,
-    )
+#: The parts of a record of events in a stream entry before its job ids (lua/lib/events.lua):
+#: type, name, queue, attempt, time, data, count.
+RECORD_HEAD = 7
+
+
+def events_from_entry(entry_id: str, fields: dict[str, str]) -> list[JobEvent]:
+    """The JobEvents of one stream entry: every event one store call made, in order, all
+    with the entry's id (tolerant of an entry edited by hand: unreadable parts default, a
+    cut record yields the ids it has)."""
+    parts = (fields.get("e") or "").split("\0")
+    out: list[JobEvent] = []
+    k = 0
+    while k + RECORD_HEAD < len(parts):
+        kind, name, queue, attempt_text, at_text, data_text, count = parts[k : k + RECORD_HEAD]
+        ids = parts[k + RECORD_HEAD : k + RECORD_HEAD + codec.tolerant(int, count, 0)]
+        k += RECORD_HEAD + len(ids)
+        if not ids:
+            break
+        at = codec.tolerant(int, at_text, 0)
+        attempt = codec.tolerant(int, attempt_text, 0)
+        data = codec.tolerant(codec.loads, data_text, None) if data_text else None
+        out.extend(
+            JobEvent(entry_id, kind, job_id, name, queue, at, attempt, data) for job_id in ids
+        )
+    return out
+
+
+def events_from_entries(entries: Any) -> list[JobEvent]:
+    return [e for entry_id, fields in entries for e in events_from_entry(entry_id, fields or {})]
 
 
 def events_from_reply(reply: Any) -> list[JobEvent]:
@@ -143,7 +160,7 @@ def events_from_reply(reply: Any) -> list[JobEvent]:
         (entries,) = next(iter(reply.values()))
     else:  # RESP2: [[stream, [entry, ...]]]
         entries = reply[0][1]
-    return [event_from_entry(entry_id, fields or {}) for entry_id, fields in entries]
+    return events_from_entries(entries)
 
 
 def encode_progress(value: Any) -> str:
@@ -215,26 +232,93 @@ def write_reply(reply: list[Any]) -> bool:
     return bool(reply) and reply[0] == "ok"
 
 
-class EventOperations:
+class EventSteps:
+    """The live reads as steps (store/steps.py): events, the last event id, the stream's
+    cap, job logs and the event-driven result wait, for the sync and the async store."""
+
+    keys: StoreKeys
+    # Provided by StoreCore.
+    _get_job_steps: Callable[[str], Steps[JobRecord | None]]
+
+    def _events_steps(self, after: Any, block_ms: Any, count: Any) -> Steps[list[JobEvent]]:
+        after = check_after(after)
+        count = check_count(count, MAX_EVENTS_COUNT)
+        block = check_block(block_ms)
+        key = self.keys.events
+        if not block:
+            return events_from_reply((yield cmd("events", "xread", {key: after}, count=count)))
+        if after == "$":
+            after = yield from self._last_event_id_steps()
+        deadline = time.monotonic() + block / 1000
+        while True:
+            slice_ms = min(BLOCK_SLICE_MS, max(1, int((deadline - time.monotonic()) * 1000)))
+            found = events_from_reply(
+                (yield cmd("events", "xread", {key: after}, count=count, block=slice_ms))
+            )
+            if found or time.monotonic() >= deadline:
+                return found
+
+    def _last_event_id_steps(self) -> Steps[str]:
+        newest = yield cmd("events", "xrevrange", self.keys.events, count=1)
+        return str(newest[0][0]) if newest else "0-0"
+
+    def _events_max_len_steps(self) -> Steps[int]:
+        return parse_max_len((yield cmd("events", "get", self.keys.events_cap)))
+
+    def _job_logs_steps(self, job_id: str, start: Any, limit: Any) -> Steps[list[JobLogLine]]:
+        first, last = log_range(start, limit)
+        items = yield cmd("job_logs", "lrange", self.keys.logs(job_id), first, last)
+        return [log_line(item) for item in items]
+
+    def _job_log_length_steps(self, job_id: str) -> Steps[int]:
+        return int((yield cmd("job_logs", "llen", self.keys.logs(job_id))))
+
+    def _wait_for_result_steps(self, job_id: str, timeout_s: float | None) -> Steps[JobRecord]:
+        waiter = ResultWait(job_id, timeout_s)
+        events_on = (yield from self._events_max_len_steps()) > 0
+        # The cursor first, then the record: an end between the two is on the stream.
+        cursor = (yield from self._last_event_id_steps()) if events_on else ""
+        record = yield from self._get_job_steps(job_id)
+        while not waiter.done(record):
+            remaining = waiter.remaining_ms()
+            if not events_on:
+                yield sleep(min(waiter.next_delay(), remaining / 1000))
+                record = yield from self._get_job_steps(job_id)
+                continue
+            found = yield from self._events_steps(
+                cursor, min(remaining, BLOCK_SLICE_MS), MAX_EVENTS_COUNT
+            )
+            cursor = newest_id(found, cursor)
+            if waiter.should_read(found):
+                record = yield from self._get_job_steps(job_id)
+        assert record is not None
+        return record
+
+
+class EventOperations(EventSteps):
     """The live surface of ``RedisJobStore`` (mixed into the store class)."""
 
     # Provided by RedisJobStore.
     keys: StoreKeys
     client: Any
+    _drive: Callable[..., Any]
     _command: Callable[..., Any]
     _run: Callable[..., Any]
     now: Callable[[], int]
     log_max_lines: int
     log_max_bytes: int
-    get_job: Callable[[str], JobRecord | None]
 
     # ---------------------------------------------------------------- events
+    # The reads are written once as steps (EventSteps) and driven here with blocking calls.
 
     def events(
         self, after: str = "$", block_ms: float | None = None, count: int = 100
     ) -> list[JobEvent]:
         """Events after ``after`` (an event id; ``"0"``: from the oldest kept; ``"$"``: only
-        new ones), oldest first, at most ``count`` (1-1000).
+        new ones), oldest first, of at most ``count`` (1-1000) store calls.
+
+        The events one store call made (a bulk enqueue, a batched ack and claim) share one
+        stream entry and its id, and always come together.
 
         With ``block_ms`` it waits up to that long for the first event when none is there
         yet (a ``"$"`` cursor is pinned to the newest event when the call starts, so nothing
@@ -242,38 +326,22 @@ class EventOperations:
         event's id as the next ``after``: the stream keeps about ``events_max_len()``
         events, so a reader that falls further behind skips the oldest.
         """
-        after = check_after(after)
-        count = check_count(count, MAX_EVENTS_COUNT)
-        block = check_block(block_ms)
-        key = self.keys.events
-        if not block:
-            return events_from_reply(self._command("events", "xread", {key: after}, count=count))
-        if after == "$":
-            after = self.last_event_id()
-        deadline = time.monotonic() + block / 1000
-        while True:
-            slice_ms = min(BLOCK_SLICE_MS, max(1, int((deadline - time.monotonic()) * 1000)))
-            found = events_from_reply(
-                self._command("events", "xread", {key: after}, count=count, block=slice_ms)
-            )
-            if found or time.monotonic() >= deadline:
-                return found
+        return self._drive(self._events_steps(after, block_ms, count))
 
     def last_event_id(self) -> str:
         """The id of the newest event (``"0-0"`` when the stream is empty): a cursor for
         ``events`` that skips everything before now."""
-        newest = self._command("events", "xrevrange", self.keys.events, count=1)
-        return str(newest[0][0]) if newest else "0-0"
+        return self._drive(self._last_event_id_steps())
 
     def newest_events(self, count: int = 100) -> list[JobEvent]:
-        """The newest ``count`` (1-1000) events, oldest first."""
+        """The events of the newest ``count`` (1-1000) store calls, oldest first."""
         count = check_count(count, MAX_EVENTS_COUNT)
         entries = self._command("events", "xrevrange", self.keys.events, count=count)
-        return [event_from_entry(entry_id, fields or {}) for entry_id, fields in reversed(entries)]
+        return events_from_entries(reversed(entries))
 
     def events_max_len(self) -> int:
         """How many events the stream keeps (about; 0: no events are written)."""
-        return parse_max_len(self._command("events", "get", self.keys.events_cap))
+        return self._drive(self._events_max_len_steps())
 
     def set_events_max_len(self, max_len: int) -> None:
         """Set how many events the store's stream keeps (store-wide, every process at its
@@ -317,9 +385,7 @@ class EventOperations:
     def job_logs(self, job_id: str, start: int = 0, limit: int = 100) -> list[JobLogLine]:
         """A job's log lines, oldest first: ``limit`` (1-1000) from ``start`` (0 = the oldest
         line kept; negative counts from the newest, so ``start=-100`` is the last 100)."""
-        first, last = log_range(start, limit)
-        items = self._command("job_logs", "lrange", self.keys.logs(job_id), first, last)
-        return [log_line(item) for item in items]
+        return self._drive(self._job_logs_steps(job_id, start, limit))
 
     # ------------------------------------------------------------------ waits
 
@@ -337,28 +403,11 @@ class EventOperations:
             JobNotFoundError: the job does not exist (or was removed meanwhile).
             TimeoutError: it did not end within ``timeout_s``.
         """
-        waiter = ResultWait(job_id, timeout_s)
-        events_on = self.events_max_len() > 0
-        cursor = self.last_event_id() if events_on else ""
-        record = self.get_job(job_id)
-        while not waiter.done(record):
-            remaining = waiter.remaining_ms()
-            if not events_on:
-                time.sleep(min(waiter.next_delay(), remaining / 1000))
-                record = self.get_job(job_id)
-                continue
-            found = self.events(
-                cursor, block_ms=min(remaining, BLOCK_SLICE_MS), count=MAX_EVENTS_COUNT
-            )
-            cursor = newest_id(found, cursor)
-            if waiter.should_read(found):
-                record = self.get_job(job_id)
-        assert record is not None
-        return record
+        return self._drive(self._wait_for_result_steps(job_id, timeout_s))
 
     def job_log_length(self, job_id: str) -> int:
         """How many lines a job's log keeps now."""
-        return int(self._command("job_logs", "llen", self.keys.logs(job_id)))
+        return self._drive(self._job_log_length_steps(job_id))
 
 
 class ResultWait:

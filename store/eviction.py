@@ -18,6 +18,8 @@ from typing import Any
 
 from redis.exceptions import RedisError, ResponseError
 
+from store.steps import Steps, cmd, on_client
+
 logger = logging.getLogger(__name__)
 
 SAFE_POLICY = "noeviction"
@@ -57,8 +59,13 @@ class EvictionStatus:
 
 def eviction_status(client: Any) -> EvictionStatus:
     """Read ``maxmemory-policy``; a refused or failing ``CONFIG GET`` is reported, not raised."""
+    return on_client(client, eviction_status_steps())
+
+
+def eviction_status_steps() -> Steps[EvictionStatus]:
+    """``eviction_status`` as steps (store/steps.py), for either kind of client."""
     try:
-        reply = client.config_get("maxmemory-policy")
+        reply = yield cmd(None, "config_get", "maxmemory-policy")
     except ResponseError as exc:
         return EvictionStatus(None, f"CONFIG GET refused: {exc}")
     except RedisError as exc:
@@ -102,7 +109,11 @@ def server_identity(client: Any) -> str:
 
 def warn_once(client: Any) -> EvictionStatus:
     """Check the policy; log a warning the first time this process sees a bad or unreadable one."""
-    status = eviction_status(client)
+    return warn_once_about(client, eviction_status(client))
+
+
+def warn_once_about(client: Any, status: EvictionStatus) -> EvictionStatus:
+    """Log ``status`` of the server behind ``client`` unless this process already did."""
     if not status.message:
         return status
     key = (server_identity(client), status.policy or "?")

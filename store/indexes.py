@@ -40,11 +40,13 @@ from typing import TYPE_CHECKING, Any
 import redis.cluster
 from redis.exceptions import RedisClusterException
 
-from store.chunks import TAIL_FIELDS, iter_members, sizes, split_chunk_key
+from store.chunks import TAIL_FIELDS, MemberWalk, sizes, split_chunk_key
 from store.errors import InvalidRequestError, JobStoreError, redis_errors
 from store.keys import NUL, StoreKeys
+from store.steps import Steps, cmd, run
 
 if TYPE_CHECKING:
+    from store.core import StoreCore
     from store.redis_store import RedisJobStore
 
 logger = logging.getLogger(__name__)
@@ -78,43 +80,49 @@ def normalize_indexes(value: Any) -> dict[str, bool]:
 
 def reconcile_indexes(store: RedisJobStore, boot_at: int) -> None:
     """Bring both index kinds in line with this store's configuration (at boot)."""
+    store._drive(reconcile_steps(store, boot_at))
+
+
+def reconcile_steps(store: StoreCore, boot_at: int) -> Steps[None]:
+    """``reconcile_indexes`` as steps (store/steps.py), for either store."""
     for kind in INDEX_KINDS:
         marker = store.keys.index_ready(kind)
         if not store.indexes[kind]:
-            store._command("index reconcile", "delete", marker)
+            yield cmd("index reconcile", "delete", marker)
             continue
-        stamped = store._command("index reconcile", "get", marker)
-        try:
-            since = int(stamped) if stamped not in (None, "") else None
-        except ValueError:
-            since = None
+        since = _parse_marker((yield cmd("index reconcile", "get", marker)))
         if since is None:
-            rows = rebuild_index(store, kind)
+            rows = yield from index_rows_steps(kind)
             if rows:
                 logger.info("rebuilt the %s index of %s: %d rows", kind, store.prefix, rows)
         else:
-            heal_index_tail(store, kind, since - TAIL_MARGIN_MS)
-        store._command("index reconcile", "set", marker, str(boot_at))
+            yield from index_rows_steps(kind, since - TAIL_MARGIN_MS)
+        yield cmd("index reconcile", "set", marker, str(boot_at))
 
 
 def rebuild_index(store: RedisJobStore, kind: str, progress: Progress | None = None) -> int:
     """Index every row of ``all``: pages of 500 ids (chunk_page), one script call each."""
-    total = 0
-    for page in iter_members(store._run, "all", page=PAGE):
-        ids = [job_id for job_id, _score in page]
-        store._run("index_members", kind, *ids)
-        total += len(ids)
-        if progress is not None:
-            progress(total)
-    return total
+    return store._drive(index_rows_steps(kind, progress=progress))
 
 
 def heal_index_tail(store: RedisJobStore, kind: str, min_enqueued_at: int) -> int:
     """Re-index rows with enqueued_at >= ``min_enqueued_at``, 500 per call."""
+    return store._drive(index_rows_steps(kind, min_enqueued_at))
+
+
+def index_rows_steps(
+    kind: str, min_enqueued_at: int | None = None, progress: Progress | None = None
+) -> Steps[int]:
+    """(Re-)index the rows of ``all`` (from ``min_enqueued_at`` on): pages of 500 ids."""
+    walk = MemberWalk("all", min_score=min_enqueued_at, page=PAGE)
     total = 0
-    for page in iter_members(store._run, "all", min_score=min_enqueued_at, page=PAGE):
-        store._run("index_members", kind, *(job_id for job_id, _score in page))
-        total += len(page)
+    while not walk.done:
+        page = walk.read((yield run("chunk_page", *walk.args())))
+        if page:
+            yield run("index_members", kind, *(job_id for job_id, _score in page))
+            total += len(page)
+            if progress is not None:
+                progress(total)
     return total
 
 

@@ -19,6 +19,7 @@ results are JSON; a payload that cannot be encoded is refused at enqueue.
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import inspect
 import logging
@@ -55,6 +56,7 @@ from store.schedules import first_run_at, validate_cadence
 from store.tracing import current_trace_context
 
 if TYPE_CHECKING:
+    from store.aio import AsyncRedisJobStore
     from store.redis_store import RedisJobStore
 
 
@@ -529,6 +531,60 @@ class Job:
             return store.enqueue(request).id
         return self.enqueue_result(payload, **options).id
 
+    # -------------------------------------------------------- async producer verbs
+    #
+    # The async store of this definition's store key for the running event loop comes
+    # from the registry (``StoreRegistry.aget``: the sync store's twin, or one registered
+    # with ``register_async``).
+
+    async def astore(self) -> AsyncRedisJobStore:
+        """The async store this definition writes to, for the running event loop."""
+        return await self._registry.aget(self.store_key)
+
+    async def aenqueue_result(self, payload: Any = None, **options: Any) -> EnqueueResult:
+        """Like :meth:`aenqueue` but also tells whether nothing was inserted (``duplicate``)."""
+        astore = await self.astore()
+        return await astore.enqueue(self.build_request(payload, now=astore.now(), **options))
+
+    async def aenqueue(self, payload: Any = None, **options: Any) -> str:
+        """Enqueue one job from async code; returns its id (as :meth:`enqueue`).
+
+        Always writes at once: Django's transactions (and ``on_commit``) are sync-only, so
+        an async caller is never inside one; ``on_commit=True`` is refused.
+        """
+        if options.pop("on_commit", None):
+            raise InvalidRequestError(
+                "aenqueue writes at once (no transaction is open in async code): drop on_commit"
+            )
+        return (await self.aenqueue_result(payload, **options)).id
+
+    async def aawait_result(
+        self,
+        job_id: str,
+        timeout_s: float | None = None,
+        poll_schedule: Iterable[float] | None = None,
+    ) -> Any:
+        """:meth:`await_result` for async code: event-driven (``AsyncRedisJobStore.
+        wait_for_result``), or polling along ``poll_schedule`` (seconds) when given."""
+        astore = await self.astore()
+        if poll_schedule is None:
+            return job_outcome(await astore.wait_for_result(job_id, timeout_s=timeout_s))
+        waits = PollWaits(job_id, timeout_s, poll_schedule)
+        while True:
+            record = await astore.get_job(job_id)
+            done, value = settled_result(job_id, record)
+            if done:
+                return value
+            assert record is not None
+            await asyncio.sleep(waits.next_delay(record.state))
+
+    async def aexecute(
+        self, payload: Any = None, *, timeout_s: float | None = None, **options: Any
+    ) -> Any:
+        """Enqueue, then await the result, from async code (as :meth:`execute`)."""
+        job_id = await self.aenqueue(payload, **options)
+        return await self.aawait_result(job_id, timeout_s=timeout_s)
+
     def enqueue_many(self, payloads: Iterable[Any], **options: Any) -> list[str]:
         """Enqueue many jobs (chunks of 500 per Redis call); ids align with ``payloads``."""
         if "job_id" in options or "dedupe" in options:
@@ -569,28 +625,14 @@ class Job:
         wait = getattr(self.store, "wait_for_result", None)
         if poll_schedule is None and wait is not None:
             return job_outcome(wait(job_id, timeout_s=timeout_s))
-        delays = iter(poll_schedule) if poll_schedule is not None else _default_poll_delays()
-        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        waits = PollWaits(job_id, timeout_s, poll_schedule)
         while True:
             record = self.store.get_job(job_id)
-            if record is None:
-                raise JobNotFoundError(job_id)
-            if record.is_terminal:
-                return job_outcome(record)
-            try:
-                delay = next(delays)
-            except StopIteration:
-                raise TimeoutError(
-                    f"job {job_id!r} is still {record.state} (poll schedule exhausted)"
-                ) from None
-            if deadline is not None:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise TimeoutError(
-                        f"job {job_id!r} is still {record.state} after {timeout_s} s"
-                    )
-                delay = min(delay, remaining)
-            time.sleep(delay)
+            done, value = settled_result(job_id, record)
+            if done:
+                return value
+            assert record is not None
+            time.sleep(waits.next_delay(record.state))
 
     def execute(
         self, payload: Any = None, *, timeout_s: float | None = None, **options: Any
@@ -691,6 +733,45 @@ def job_outcome(record: JobRecord) -> Any:
     if record.state == "failed":
         raise failed_error(record)
     return None if record.exit is MISSING else record.exit
+
+
+def settled_result(job_id: str, record: JobRecord | None) -> tuple[bool, Any]:
+    """(True, outcome) for a terminal job (see :func:`job_outcome`), (False, None) for one
+    not finished yet; JobNotFoundError for a job that is gone."""
+    if record is None:
+        raise JobNotFoundError(job_id)
+    if record.is_terminal:
+        return True, job_outcome(record)
+    return False, None
+
+
+class PollWaits:
+    """The delays between the reads of a polling result wait (a ``poll_schedule`` given
+    to ``Job.await_result`` / ``Job.aawait_result``) and its deadline: 10 ms doubling up
+    to 1 s, or along the schedule (seconds; when it runs out the wait times out)."""
+
+    def __init__(
+        self, job_id: str, timeout_s: float | None, poll_schedule: Iterable[float] | None
+    ) -> None:
+        self.job_id = job_id
+        self.timeout_s = timeout_s
+        self.delays = iter(poll_schedule) if poll_schedule is not None else _default_poll_delays()
+        self.deadline = None if timeout_s is None else time.monotonic() + timeout_s
+
+    def next_delay(self, state: str) -> float:
+        """Seconds to sleep before the next read; TimeoutError when the wait is over."""
+        try:
+            delay = next(self.delays)
+        except StopIteration:
+            raise TimeoutError(
+                f"job {self.job_id!r} is still {state} (poll schedule exhausted)"
+            ) from None
+        if self.deadline is not None:
+            remaining = self.deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError(f"job {self.job_id!r} is still {state} after {self.timeout_s} s")
+            delay = min(delay, remaining)
+        return float(delay)
 
 
 def _default_poll_delays() -> Iterator[float]:

@@ -46,6 +46,7 @@ from store.errors import StoreFailure, redis_errors
 from store.indexes import keys_index_pattern, scan_zsets
 from store.keys import NUL, StoreKeys
 from store.scripts import ScriptRegistry
+from store.steps import Steps, cmd, on_client
 
 if TYPE_CHECKING:
     from store.redis_store import RedisJobStore
@@ -79,10 +80,13 @@ def layout_key(keys: StoreKeys) -> str:
 
 def _read(client: Any, keys: StoreKeys) -> int | None:
     """The layout marker; for a store without one: 1 when it holds data, else None."""
-    with redis_errors("read_layout"):
-        raw = client.get(layout_key(keys))
-        if raw is None:
-            return 1 if client.exists(keys.seq, keys.all) > 0 else None
+    return on_client(client, _read_steps(keys))
+
+
+def _read_steps(keys: StoreKeys) -> Steps[int | None]:
+    raw = yield cmd("read_layout", "get", layout_key(keys))
+    if raw is None:
+        return 1 if (yield cmd("read_layout", "exists", keys.seq, keys.all)) > 0 else None
     try:
         return int(raw)
     except ValueError:
@@ -107,24 +111,28 @@ def plain_job_count(client: Any, prefix: str) -> int:
 
 def check_layout(store: RedisJobStore) -> int:
     """At start: stamp the marker of a new store; refuse any layout but the current one."""
-    layout = _read(store.client, store.keys)
+    return on_client(store.client, check_layout_steps(store.keys))
+
+
+def check_layout_steps(keys: StoreKeys) -> Steps[int]:
+    """``check_layout`` as steps (store/steps.py), for either store."""
+    layout = yield from _read_steps(keys)
     if layout is None:
-        with redis_errors("check_layout"):
-            store.client.set(layout_key(store.keys), str(LAYOUT), nx=True)
-        layout = _read(store.client, store.keys)
+        yield cmd("check_layout", "set", layout_key(keys), str(LAYOUT), nx=True)
+        layout = yield from _read_steps(keys)
     if layout in STAMPED:
-        _stamp(store.client, store.keys, layout)
-        layout = _read(store.client, store.keys)
+        yield from _stamp_steps(keys, layout)
+        layout = yield from _read_steps(keys)
     if layout in MIGRATABLE:
         raise UnknownLayoutError(
-            f"store {store.prefix!r} holds data of layout {layout}, written by an older "
+            f"store {keys.prefix!r} holds data of layout {layout}, written by an older "
             f"version; this version serves layout {LAYOUT}.  Stop the old version's "
             f"processes and run `{MIGRATE_HINT}` (add --store NAME for a store other than "
             "'default') to convert it"
         )
     if layout != LAYOUT:
         raise UnknownLayoutError(
-            f"store {store.prefix!r} uses data layout {layout}, which this version does not "
+            f"store {keys.prefix!r} uses data layout {layout}, which this version does not "
             f"know (it serves layout {LAYOUT}; `{MIGRATE_HINT}` converts layouts 1 and 2); the store "
             "is not started: run the version that wrote it"
         )
@@ -132,21 +140,26 @@ def check_layout(store: RedisJobStore) -> int:
 
 
 def _stamp(client: Any, keys: StoreKeys, layout: int) -> None:
+    on_client(client, _stamp_steps(keys, layout))
+
+
+def _stamp_steps(keys: StoreKeys, layout: int) -> Steps[None]:
     """Serve a ``STAMPED`` layout: drop layout 3's tail cache fields, then stamp the marker
     (unless another process changed it meanwhile).  Both steps are idempotent."""
 
     suffixes = tuple(NUL + w for w in TAIL_FIELDS)
-    with redis_errors("check_layout"):
-        cursor = 0
-        while True:
-            cursor, page = client.hscan(keys.index_counts, cursor, match=f"*{NUL}?", count=BATCH)
-            stale = [f for f in page if f.endswith(suffixes)]
-            if stale:
-                client.hdel(keys.index_counts, *stale)
-            if not cursor:
-                break
-        if client.get(layout_key(keys)) == str(layout):
-            client.set(layout_key(keys), str(LAYOUT))
+    cursor = 0
+    while True:
+        cursor, page = yield cmd(
+            "check_layout", "hscan", keys.index_counts, cursor, match=f"*{NUL}?", count=BATCH
+        )
+        stale = [f for f in page if f.endswith(suffixes)]
+        if stale:
+            yield cmd("check_layout", "hdel", keys.index_counts, *stale)
+        if not cursor:
+            break
+    if (yield cmd("check_layout", "get", layout_key(keys))) == str(layout):
+        yield cmd("check_layout", "set", layout_key(keys), str(LAYOUT))
 
 
 @dataclass

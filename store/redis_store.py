@@ -17,14 +17,17 @@ from typing import Any
 from redis.exceptions import RedisError
 
 from store import codec, limits
-from store.clock import system_clock
+from store.core import (
+    BATCH,
+    HistoryTtl,
+    IdGenerator,
+    StoreCore,
+    owed_work,
+    script_failure,
+)
 from store.errors import (
     InvalidRequestError,
-    JobNotCancellableError,
     JobNotFoundError,
-    JobNotPromotableError,
-    JobNotRetryableError,
-    JobStoreError,
     LockLostError,
     StoreFailure,
     redis_errors,
@@ -34,21 +37,14 @@ from store.events import EventOperations, check_log_caps
 from store.eviction import warn_once
 from store.flow_control import QueueLimitOperations
 from store.flows import FlowOperations
-from store.indexes import IndexSummary, index_summary, normalize_indexes, reconcile_indexes
+from store.indexes import IndexSummary, index_summary, reconcile_indexes
 from store.insights import InsightOperations
-from store.keys import NUL, StoreKeys
+from store.keys import NUL
 from store.layout import check_layout
 from store.listing import (
     DEFAULT_SCAN_BUDGET,
-    ListPlan,
-    list_script_args,
-    parse_cursor,
-    plan_list_query,
-    read_list_reply,
 )
 from store.records import (
-    ALL_STATES,
-    TERMINAL_STATES,
     AckOutcome,
     AttemptRecord,
     Cancelled,
@@ -68,54 +64,13 @@ from store.records import (
 )
 from store.schedules import ScheduleOperations
 from store.scripts import ScriptRegistry
+from store.steps import RUN, WAKE, Step, Steps, T, client_step, drive
 from store.wake import BROADCAST, WakeHub
 
 logger = logging.getLogger(__name__)
 
-#: The largest number of items one script call handles.
-BATCH = 500
 #: Rows per page of the history and dedupe sweeps.
 SWEEP_PAGE = 200
-#: How many times a store-assigned id may be drawn before the enqueue fails.
-ID_DRAWS = 5
-
-IdGenerator = Callable[[EnqueueRequest], str]
-HistoryTtl = int | Mapping[str, int] | None
-
-
-def normalize_history_ttl(value: Any) -> dict[str, int]:
-    """``history_ttl`` per terminal state, in ms; refuses shapes that would wipe history."""
-    if value is None:
-        return {}
-    if hasattr(value, "total_seconds"):
-        value = int(value.total_seconds() * 1000)
-    if isinstance(value, Mapping):
-        unknown = set(value) - TERMINAL_STATES
-        if unknown:
-            raise InvalidRequestError(f"history_ttl has unknown states: {sorted(unknown)}")
-        if not value:
-            raise InvalidRequestError(
-                "history_ttl={} names no state; give a duration in ms or "
-                "{'completed': ms, 'failed': ms, 'cancelled': ms}"
-            )
-        out = {}
-        for state, ttl in value.items():
-            if ttl is None:
-                continue
-            out[state] = _positive_ms(ttl, f"history_ttl[{state!r}]")
-        return out
-    ttl = _positive_ms(value, "history_ttl")
-    return dict.fromkeys(("completed", "failed", "cancelled"), ttl)
-
-
-def _positive_ms(value: Any, what: str) -> int:
-    if hasattr(value, "total_seconds"):
-        value = int(value.total_seconds() * 1000)
-    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-        raise InvalidRequestError(
-            f"{what} must be a positive number of milliseconds, got {value!r}"
-        )
-    return int(value)
 
 
 @dataclass(frozen=True)
@@ -134,9 +89,17 @@ class ClaimBatch:
 
 
 class RedisJobStore(
-    ScheduleOperations, FlowOperations, InsightOperations, QueueLimitOperations, EventOperations
+    StoreCore,
+    ScheduleOperations,
+    FlowOperations,
+    InsightOperations,
+    QueueLimitOperations,
+    EventOperations,
 ):
-    """The job store on one Redis (standalone, TLS, unix socket or Cluster)."""
+    """The job store on one Redis (standalone, TLS, unix socket or Cluster).
+
+    Its core operations are written once as steps (store/core.py) and driven here with
+    blocking calls; ``store.aio.AsyncRedisJobStore`` awaits the same steps."""
 
     def __init__(
         self,
@@ -151,29 +114,12 @@ class RedisJobStore(
         log_max_lines: int | None = None,
         log_max_bytes: int | None = None,
     ) -> None:
-        try:
-            self.keys = StoreKeys(prefix)
-        except ValueError as exc:
-            raise InvalidRequestError(str(exc)) from exc
-        encoder = getattr(client, "get_encoder", None)
-        if encoder is not None and not getattr(encoder(), "decode_responses", True):
-            raise InvalidRequestError(
-                "RedisJobStore needs a client created with decode_responses=True (store.connect does this)"
-            )
-        self.client = client
-        self.prefix = prefix
-        self.store_key = store_key
-        self.indexes = normalize_indexes(indexes)
-        self.history_ttl = normalize_history_ttl(history_ttl)
-        #: The largest payload, metadata, dedupe key, result or error, in UTF-8 bytes
-        #: (store/limits.py; None = ``limits.DEFAULT_MAX_VALUE_BYTES``).
-        self.max_value_bytes = limits.normalize_max_value_bytes(max_value_bytes)
+        self._configure(
+            client, prefix, indexes, id_generator, clock, history_ttl, store_key, max_value_bytes
+        )
         #: Caps of each job's log (store/events.py; None = the defaults there): past
         #: either, the oldest lines go.
         self.log_max_lines, self.log_max_bytes = check_log_caps(log_max_lines, log_max_bytes)
-        self._id_generator = id_generator
-        self._clock = clock or system_clock
-        self._idx = ("1" if self.indexes["name"] else "0") + ("1" if self.indexes["queue"] else "0")
         with redis_errors("loading the store's scripts"):
             self._scripts = ScriptRegistry(client, self.keys.tag)
         self._wake = WakeHub(client, self.keys.wake)
@@ -199,9 +145,6 @@ class RedisJobStore(
         if close_client:
             self.client.close()
 
-    def now(self) -> int:
-        return int(self._clock())
-
     def after_fork(self) -> None:
         """Make the store usable in a forked child (the worker's per-job processes): drop
         the parent's connections without closing them.  The client's pool resets itself."""
@@ -219,41 +162,29 @@ class RedisJobStore(
         # The body of redis_errors(), inlined: this is every operation's hot path.
         try:
             reply = self._scripts(script, *args)
-        except RedisError as exc:
-            raise store_error(script, exc, self.keys.tag) from exc
-        except UnicodeDecodeError as exc:
-            raise JobStoreError(
-                f"{script} failed: Redis returned data that is not UTF-8 ({exc})", exc
-            ) from exc
-        if (
-            reply.__class__ is list
-            and reply
-            and reply[-1].__class__ is list
-            and reply[-1][:1] == ["!owed"]
-        ):
-            self._finish_owed(reply.pop()[1:])
+        except (RedisError, UnicodeDecodeError) as exc:
+            raise script_failure(script, exc, self.keys.tag) from exc
+        if reply.__class__ is list and reply:
+            owed = owed_work(reply)
+            if owed is not None:
+                self._finish_owed(owed)
         return reply
 
     def _finish_owed(self, owed: list[str]) -> None:
-        """Finish work a script could not complete within its own bounded call.
+        """Finish the work a script owes (``StoreCore._finish_owed_steps``)."""
+        self._drive(self._finish_owed_steps(owed))
 
-        ``keep``: pruning of a (name, state) group beyond one call's budget;
-        ``rows``: flipping the pending rows of a settled flow with many children;
-        ``promote``: promoting a queue's due delayed jobs beyond one claim's
-        budget (the claim picked nothing and answers ``again``).
-        """
-        for k in range(0, len(owed), 4):
-            kind, a, b, c = owed[k : k + 4]
-            if kind == "keep":
-                while self._run("prune_keep", self.now(), a, b, c):
-                    pass
-            elif kind == "rows":
-                last = b
-                while last:
-                    last = self._run("flip_flow_rows", self.now(), a, last)
-            elif kind == "promote":
-                while self._run("promote_due", self.now(), a, BATCH):
-                    pass
+    def _drive(self, steps: Steps[T]) -> T:
+        """Run an operation written as steps (store/steps.py) with blocking calls."""
+        return drive(steps, self._do)
+
+    def _do(self, step: Step) -> Any:
+        if step[0] == RUN:
+            return self._run(step[1], *step[2])
+        if step[0] == WAKE:
+            self._wake.signal(step[1])
+            return None
+        return client_step(self.client, step)
 
     def _signal_wake(self, queue: str) -> None:
         self._wake.signal(queue)
@@ -267,55 +198,7 @@ class RedisJobStore(
 
     def enqueue(self, request: EnqueueRequest) -> EnqueueResult:
         """Insert one job (explicit-id check, dedupe tree, id resolution, insert, wake)."""
-        dedupe = codec.encode_dedupe(request)
-        if request.id is not None:
-            mode, job_id = "user", request.id
-        elif self._id_generator is not None:
-            mode, job_id = "generated", ""
-        else:
-            mode, job_id = "auto", ""
-        now = self.now()
-        args = codec.encode_wire(request, mode, job_id, now)
-        limits.check_wire_request(args, dedupe[0], self.max_value_bytes)
-        draws = 0
-        while True:
-            if mode == "generated" and (job_id or not request.dedupe):
-                if draws >= ID_DRAWS:
-                    break
-                job_id = self._draw_id(request)
-                draws += 1
-                args[1] = job_id
-            reply = self._run("enqueue", now, self._idx, *args, *dedupe)
-            code = reply[0]
-            if code == "new":
-                self._wake.signal(request.queue)
-                return EnqueueResult(reply[1], False)
-            if code == "dup":
-                return EnqueueResult(reply[1], True)
-            if code == "replaced":
-                self._wake.signal(reply[2])
-                return EnqueueResult(reply[1], True)
-            if code == "needid":
-                # The dedupe tree let the request through: now draw an id.
-                job_id = "pending"
-                continue
-            if code != "collision":
-                raise JobStoreError(f"enqueue: unexpected reply {reply!r}")
-        raise JobStoreError("enqueue failed: could not generate a unique job id")
-
-    def validate_request(self, request: EnqueueRequest) -> None:
-        """Refuse ``request`` now as ``enqueue`` would (InvalidRequestError, JobStoreError,
-        ValueTooLargeError), without writing anything."""
-        dedupe = codec.encode_dedupe(request)
-        wire = codec.encode_wire(request, "user", request.id or "", self.now())
-        limits.check_wire_request(wire, dedupe[0], self.max_value_bytes)
-
-    def _draw_id(self, request: EnqueueRequest) -> str:
-        assert self._id_generator is not None
-        job_id = self._id_generator(request)
-        if not isinstance(job_id, str) or not job_id or "\0" in job_id:
-            raise JobStoreError(f"the id generator returned an invalid job id: {job_id!r}")
-        return job_id
+        return self._drive(self._enqueue_steps(request))
 
     def enqueue_many(self, requests: Sequence[EnqueueRequest]) -> list[EnqueueResult]:
         """Insert many jobs with single-enqueue semantics per item, positional results.
@@ -325,82 +208,7 @@ class RedisJobStore(
         one transaction: on a failure the items already inserted stay (their
         queues are woken) and the call raises ``JobStoreError``.
         """
-        requests = list(requests)
-        now = self.now()
-        # Validate everything first: one bad item refuses the whole batch.
-        encoded: list[list[str] | None] = []
-        for req in requests:
-            if isinstance(req, EnqueueRequest) and req.dedupe is not None:
-                dedupe = codec.encode_dedupe(req)
-                wire = codec.encode_wire(req, "user", "", now)
-                limits.check_wire_request(wire, dedupe[0], self.max_value_bytes)
-                encoded.append(None)
-            else:
-                mode = (
-                    "user"
-                    if req.id is not None
-                    else ("generated" if self._id_generator else "auto")
-                )
-                wire = codec.encode_wire(req, mode, req.id or "", now)
-                limits.check_wire_request(wire, "", self.max_value_bytes)
-                encoded.append(wire)
-        results: list[EnqueueResult | None] = [None] * len(requests)
-        woken: set[str] = set()
-        try:
-            i = 0
-            while i < len(requests):
-                if encoded[i] is None:
-                    results[i] = self.enqueue(requests[i])
-                    i += 1
-                    continue
-                j = i
-                while j < len(requests) and encoded[j] is not None:
-                    j += 1
-                self._insert_plain(requests, encoded, range(i, j), results, woken, now)
-                i = j
-        finally:
-            for queue in woken:
-                self._wake.signal(queue)
-        return [r for r in results if r is not None]
-
-    def _insert_plain(
-        self,
-        requests: list[EnqueueRequest],
-        encoded: list[list[str] | None],
-        positions: range,
-        results: list[EnqueueResult | None],
-        woken: set[str],
-        now: int,
-    ) -> None:
-        pending = list(positions)
-        for _ in range(ID_DRAWS):
-            if not pending:
-                return
-            retry: list[int] = []
-            for start in range(0, len(pending), BATCH):
-                chunk = pending[start : start + BATCH]
-                args: list[str] = []
-                for pos in chunk:
-                    item = encoded[pos]
-                    assert item is not None
-                    if item[0] == "generated":
-                        item[1] = self._draw_id(requests[pos])
-                    args.extend(item)
-                reply = self._run("enqueue_many", now, self._idx, len(chunk), *args)
-                if len(reply) != len(chunk):
-                    raise JobStoreError(f"enqueue_many: unexpected reply length {len(reply)}")
-                # One entry per item: the new id, NUL + the existing id, or '' (collision).
-                for pos, job_id in zip(chunk, reply, strict=True):
-                    if not job_id:
-                        retry.append(pos)
-                    elif job_id[0] == "\0":
-                        results[pos] = EnqueueResult(job_id[1:], True)
-                    else:
-                        results[pos] = EnqueueResult(job_id, False)
-                        woken.add(requests[pos].queue)
-            pending = retry
-        if pending:
-            raise JobStoreError("enqueue failed: could not generate a unique job id")
+        return self._drive(self._enqueue_many_steps(requests))
 
     # ------------------------------------------------------------------ claim / ack
 
@@ -703,65 +511,22 @@ class RedisJobStore(
     # ------------------------------------------------------------------ reads
 
     def get_job(self, job_id: str) -> JobRecord | None:
-        with redis_errors("get_job"):
-            h = self.client.hgetall(self.keys.job(job_id))
-        return codec.record_from_hash(job_id, h) if h else None
+        return self._drive(self._get_job_steps(job_id))
 
     def get_jobs(self, job_ids: Sequence[str]) -> list[JobRecord | None]:
         """Several records in one round trip (pipelined, at most 500 per call)."""
-        out: list[JobRecord | None] = []
-        ids = list(job_ids)
-        for start in range(0, len(ids), BATCH):
-            chunk = ids[start : start + BATCH]
-            with redis_errors("get_jobs"):
-                pipe = self.client.pipeline(transaction=False)
-                for job_id in chunk:
-                    pipe.hgetall(self.keys.job(job_id))
-                rows = pipe.execute()
-            out.extend(
-                codec.record_from_hash(j, h) if h else None
-                for j, h in zip(chunk, rows, strict=True)
-            )
-        return out
+        return self._drive(self._get_jobs_steps(job_ids))
 
     def get_attempts(self, job_id: str) -> list[AttemptRecord]:
-        with redis_errors("get_attempts"):
-            pipe = self.client.pipeline(transaction=False)
-            pipe.lrange(self.keys.attempts(job_id), 0, -1)
-            pipe.hgetall(self.keys.job(job_id))
-            rows, h = pipe.execute()
-        attempts = [codec.attempt_from_json(row) for row in rows]
-        if h.get("lf") == "1":
-            # The last entry is folded into the hash (unfold_attempt in lua/lib/ledger.lua).
-            attempts.append(codec.folded_attempt(len(rows) + 1, h))
-        return attempts
+        return self._drive(self._get_attempts_steps(job_id))
 
     def counts(self, queue: str | None = None) -> dict[str, int]:
         """Jobs per state (all seven states), from O(1) counters; optionally one queue."""
-        out = dict.fromkeys(ALL_STATES, 0)
-        with redis_errors("counts"):
-            if queue is not None:
-                values = self.client.hmget(self.keys.counts, [f"{queue}|{s}" for s in ALL_STATES])
-                for state, value in zip(ALL_STATES, values, strict=True):
-                    out[state] = int(value or 0)
-                return out
-            fields = self.client.hgetall(self.keys.counts)
-        for field, value in fields.items():
-            state = field.rsplit("|", 1)[1]
-            if state in out:
-                out[state] += int(value)
-        return out
+        return self._drive(self._counts_steps(queue))
 
     def counts_by_queue(self) -> dict[str, dict[str, int]]:
         """Counts for every queue that ever held a job: ``{queue: {state: n}}``."""
-        with redis_errors("counts"):
-            fields = self.client.hgetall(self.keys.counts)
-        out: dict[str, dict[str, int]] = {}
-        for field, value in fields.items():
-            queue, state = field.rsplit("|", 1)
-            if state in ALL_STATES:
-                out.setdefault(queue, dict.fromkeys(ALL_STATES, 0))[state] = int(value)
-        return out
+        return self._drive(self._counts_by_queue_steps())
 
     # ------------------------------------------------------------------ list
 
@@ -786,100 +551,42 @@ class RedisJobStore(
         routed structure does not serve) leave the page short at that point, the
         result has ``truncated=True`` and a cursor that continues the scan.
         """
-        plan = plan_list_query(
-            self.keys, self.indexes, queue, name, states, metadata, order_by, order
-        )
-        parse_cursor(cursor)  # a malformed cursor is refused even when nothing can match
-        if plan.empty:
-            return ListResult([], None)
-        args = list_script_args(
-            order=plan.order,
-            limit=limit,
-            scan_budget=scan_budget,
-            cursor=cursor,
-            queue=plan.queue,
-            name=plan.name,
-            states=plan.states,
-            sources=plan.sources,
-            metadata=plan.metadata,
-            chunked=plan.chunked,
-        )
-        page = read_list_reply(self._run("list", *args))
-        items = [
-            codec.record_from_hash(job_id, codec.pairs_to_dict(flat)) for job_id, flat in page.rows
-        ]
-        return ListResult(items, page.next_cursor, page.truncated, page.scanned)
-
-    def plan_list(
-        self,
-        queue: str | None = None,
-        name: str | None = None,
-        states: Iterable[str] | None = None,
-        metadata: Mapping[str, str] | None = None,
-        order_by: str = "enqueued_at",
-        order: str = "desc",
-    ) -> ListPlan:
-        """How ``list`` with these filters would be served, without touching Redis.
-
-        The plan names the structure the page would be read from (``route``,
-        ``sources``) and the filters left to check per row (``residual``).  Raises as
-        ``list`` would: ``InvalidRequestError`` for a bad argument,
-        ``ListOrderUnsupportedError`` or ``ListIndexDisabledError`` for a combination
-        this store cannot serve without a full scan.
-        """
-        return plan_list_query(
-            self.keys, self.indexes, queue, name, states, metadata, order_by, order
+        return self._drive(
+            self._list_steps(
+                queue, name, states, metadata, order_by, order, cursor, limit, scan_budget
+            )
         )
 
     # ------------------------------------------------------------------ admin verbs
 
     def retry(self, job_id: str) -> None:
         """Revive a failed job with a fresh budget."""
-        reply = self._run("retry", self.now(), job_id)
-        self._check_state_reply(reply, job_id, JobNotRetryableError)
-        self._wake.signal(reply[1])
+        self._drive(self._retry_steps(job_id))
 
     def cancel(self, job_id: str) -> None:
         """Cancel a waiting/delayed job now; flag an active one for its holder."""
-        reply = self._run("cancel", self.now(), job_id)
-        self._check_state_reply(reply, job_id, JobNotCancellableError)
+        self._drive(self._cancel_steps(job_id))
 
     def cancel_by_dedupe(self, name: str, key: str) -> bool:
         """Cancel the job a (name, dedupe key) entry points at; False when nothing is pending."""
-        reply = self._run("cancel_by_dedupe", self.now(), name, key)
-        return reply[0] == "ok"
+        return self._drive(self._cancel_by_dedupe_steps(name, key))
 
     def promote(self, job_id: str) -> None:
         """Make a delayed job runnable now (it keeps its FIFO position)."""
-        reply = self._run("promote", self.now(), job_id)
-        self._check_state_reply(reply, job_id, JobNotPromotableError)
-        self._wake.signal(reply[1])
-
-    @staticmethod
-    def _check_state_reply(
-        reply: builtins.list[Any], job_id: str, state_error: type[Exception]
-    ) -> None:
-        code = reply[0]
-        if code == "notfound":
-            raise JobNotFoundError(job_id)
-        if code == "state":
-            raise state_error(job_id, reply[1])
+        self._drive(self._promote_steps(job_id))
 
     def remove(self, job_id: str) -> bool:
         """Delete a job that is neither active nor a parked flow parent."""
-        return bool(self._run("remove", job_id, self.now()))
+        return self._drive(self._remove_steps(job_id))
 
     def pause(self, queue: str) -> None:
-        with redis_errors("pause"):
-            self.client.sadd(self.keys.paused, queue)
+        self._drive(self._pause_steps(queue))
 
     def resume(self, queue: str) -> None:
-        if self._run("resume", queue):
-            self._wake.signal(queue)
+        self._drive(self._resume_steps(queue))
 
     def paused_queues(self) -> builtins.list[str]:
-        with redis_errors("paused_queues"):
-            return sorted(self.client.smembers(self.keys.paused))
+        return self._drive(self._paused_queues_steps())
 
     # ------------------------------------------------------------------ indexes
 
@@ -898,9 +605,7 @@ class RedisJobStore(
         which names to claim.  Idempotent (one SADD).  ``wake=True`` then wakes the
         queue's idle workers, which may have read the names just before this pair landed.
         """
-        self._command("record task name", "sadd", self.keys.resolvable, f"{queue}{NUL}{name}")
-        if wake:
-            self._wake.signal(queue)
+        self._drive(self._record_resolvable_steps(queue, name, wake))
 
     def resolvable_names(self) -> dict[str, set[str]]:
         """Every pair recorded by :meth:`record_resolvable`: queue -> job names.

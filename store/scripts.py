@@ -25,14 +25,19 @@ from pathlib import Path
 from typing import Any
 
 import redis
+import redis.asyncio
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoPermissionError, NoScriptError, RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from store.errors import permission_problem, store_error
 from store.keys import StoreKeys
+from store.steps import Steps, cmd, on_client
 
 LUA_DIR = Path(__file__).with_name("lua")
+
+#: Clients the registry calls over its own connections (a Cluster client routes itself).
+DIRECT_CLIENTS: tuple[type, ...] = (redis.Redis, redis.asyncio.Redis)
 
 #: Operations that read or only free memory: they must keep working on a full server
 #: (maxmemory with noeviction), so an operator can list jobs and remove them.
@@ -103,8 +108,12 @@ def _body(name: str) -> str:
 
 @functools.cache
 def script_text(name: str) -> str:
-    """The text EVAL runs for operation ``name``: helpers, per-call set-up, the body."""
-    return f"{_preamble()}\nbegin_call(KEYS[1])\n-- >>> {name}.lua\n{_body(name)}"
+    """The text EVAL runs for operation ``name``: helpers, per-call set-up, the body (run as
+    a function, as in the Function library), then the call's events appended."""
+    return (
+        f"{_preamble()}\nbegin_call(KEYS[1])\n-- >>> {name}.lua\n"
+        f"local op_reply = (function()\n{_body(name)}\nend)()\nEVENTS.flush()\nreturn op_reply"
+    )
 
 
 @functools.cache
@@ -118,7 +127,9 @@ def library() -> tuple[str, str]:
         f"redis.register_function{{function_name='{lib}_{name}', callback=function(keys, args)\n"
         "  KEYS, ARGV = keys, args\n"
         "  begin_call(keys[1])\n"
-        f"  return S[{name!r}]()\n"
+        f"  local reply = S[{name!r}]()\n"
+        "  EVENTS.flush()\n"
+        "  return reply\n"
         f"end{', flags={' + repr('allow-oom') + '}' if name in OOM_SAFE else ''}}}\n"
         for name in script_names()
     )
@@ -146,13 +157,13 @@ def _with_shebang(name: str, text: str, strict: bool) -> str:
     return ("#!lua flags=allow-oom\n" if name in OOM_SAFE else "#!lua\n") + text
 
 
-def _server_major(client: Any) -> int:
-    """The lowest major version among the server(s) behind ``client`` (0 if unknown)."""
+def server_major_steps() -> Steps[int]:
+    """The lowest major version among the server(s) behind the client (0 if unknown)."""
     try:
-        info = client.info("server")
+        info = yield cmd(None, "info", "server")
     except NoPermissionError:
         # INFO is in @dangerous; HELLO (any user may run it) says the version too.
-        return _hello_major(client)
+        return (yield from _hello_major_steps())
     except redis.RedisError:
         return 0
     # A cluster client answers per node: {node: {field: value}}.
@@ -163,9 +174,9 @@ def _server_major(client: Any) -> int:
         return 0
 
 
-def _hello_major(client: Any) -> int:
+def _hello_major_steps() -> Steps[int]:
     try:
-        reply = client.execute_command("HELLO")
+        reply = yield cmd(None, "execute_command", "HELLO")
     except redis.RedisError:
         return 0
     if isinstance(reply, list):  # RESP2: [field, value, field, value, ...]
@@ -181,27 +192,75 @@ def _hello_major(client: Any) -> int:
         return 0
 
 
-class ScriptRegistry:
-    """Runs the store's operations on one client, passing the hash tag as KEYS[1]."""
+def load_library_steps() -> Steps[bool]:
+    """Make sure the Function library is loaded; False when this user may not (ACL)."""
+    lib, code = library()
+    try:
+        if (yield cmd(None, "function_list", library=lib)):
+            return True
+    except NoPermissionError:
+        pass  # a user may run FUNCTION LOAD without FUNCTION LIST: try it
+    try:
+        yield cmd(None, "function_load", code)
+    except NoPermissionError:
+        return False
+    except ResponseError as exc:
+        if "already exists" not in str(exc):
+            raise
+    return True
 
-    def __init__(self, client: Any, tag: str) -> None:
+
+def select_mode_steps(direct: bool) -> Steps[tuple[int, bool]]:
+    """(server major version, use Functions): Functions on a standalone Redis 7+ whose
+    user may load and call them, scripts (EVALSHA) everywhere else."""
+    major = yield from server_major_steps()
+    functions = direct and major >= 7
+    if functions:
+        functions = yield from load_library_steps()
+    return major, functions
+
+
+def call_failure(exc: Exception, fcall: bool, attempt: int) -> str:
+    """What a script call does about ``exc`` on its ``attempt`` (0, 1, 2):
+
+    ``load`` (NOSCRIPT: SCRIPT LOAD the text, call again), ``fallback`` (FCALL refused by
+    the user's ACL: switch to scripts for good, call again), ``reload`` (the Function is
+    gone, someone ran FUNCTION FLUSH: load the library again, call again), ``reconnect``
+    (the connection dropped: call again on a new one), ``drop`` (timed out: the call may
+    still run once the server answers, so drop the connection and never send it twice),
+    ``raise``.
+    """
+    last = attempt == 2
+    if isinstance(exc, NoScriptError):
+        return "load"
+    if isinstance(exc, NoPermissionError):
+        # Only FCALL itself refused switches modes (not a key the user may not touch).
+        return "fallback" if fcall and "'fcall'" in str(exc).lower() and not last else "raise"
+    if isinstance(exc, ResponseError):
+        return "reload" if "Function not found" in str(exc) and not last else "raise"
+    if isinstance(exc, RedisTimeoutError):
+        return "drop"
+    if isinstance(exc, RedisConnectionError | OSError):
+        return "raise" if last else "reconnect"
+    return "raise"
+
+
+class ScriptModes:
+    """How operations are called (Functions or EVALSHA scripts), shared by the sync
+    registry and the asyncio one (store/aio.py); no I/O here."""
+
+    def _setup(self, client: Any, tag: str, major: int, functions: bool) -> None:
         self._client = client
         self._tag = tag
         self._keys = [tag]
-        self._direct = isinstance(client, redis.Redis)
-        self._local = threading.local()
-        # Weak: a connection dies with its thread's local storage (short-lived
-        # request threads must not pin sockets); close() disconnects the rest.
-        self._connections: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._direct = isinstance(client, DIRECT_CLIENTS)
         self._lock = threading.Lock()
-        self._major = _server_major(client)
-        self._functions = self._direct and self._major >= 7
+        self._major = major
+        self._functions = functions
         # Per operation, the command words in front of its arguments.
         self._heads: dict[str, tuple[Any, ...]] = {}
-        if self._functions:
-            self._lib, self._lib_code = library()
-            self._functions = self._load_library()
-        if not self._functions:
+        self._lib = library()[0]
+        if not functions:
             self._use_scripts()
 
     def _use_scripts(self) -> None:
@@ -215,33 +274,19 @@ class ScriptRegistry:
         self._shas = {name: hashlib.sha1(t.encode()).hexdigest() for name, t in texts.items()}
         self._scripts = {name: self._client.register_script(t) for name, t in texts.items()}
 
-    def probe(self) -> None:
-        """Run one cheap read-only operation (an empty sorted set read).
-
-        Raises the redis-py error when this Redis user may not run the store's scripts
-        (EVALSHA or SCRIPT LOAD refused, or the store's keys out of its ACL key pattern).
-        """
-        self(*PROBE)
-
     @property
     def mode(self) -> str:
         return "functions" if self._functions else "scripts"
 
-    def _load_library(self) -> bool:
-        """Make sure the library is loaded; False when this user may not (ACL)."""
-        try:
-            if self._client.function_list(library=self._lib):
-                return True
-        except NoPermissionError:
-            pass  # a user may run FUNCTION LOAD without FUNCTION LIST: try it
-        try:
-            self._client.function_load(self._lib_code)
-        except NoPermissionError:
-            return False
-        except ResponseError as exc:
-            if "already exists" not in str(exc):
-                raise
-        return True
+    def _head(self, name: str) -> tuple[Any, ...]:
+        head = self._heads.get(name)
+        if head is None:
+            if self._functions:
+                head = ("FCALL", f"{self._lib}_{name}", 1, self._tag)
+            else:
+                head = ("EVALSHA", self._shas[name], 1, self._tag)
+            self._heads[name] = head
+        return head
 
     def _fall_back_to_scripts(self) -> None:
         """FCALL (or the reload) was refused by the user's ACL: switch to scripts for good."""
@@ -250,6 +295,26 @@ class ScriptRegistry:
                 self._use_scripts()
                 self._heads = {}
                 self._functions = False
+
+
+class ScriptRegistry(ScriptModes):
+    """Runs the store's operations on one client, passing the hash tag as KEYS[1]."""
+
+    def __init__(self, client: Any, tag: str) -> None:
+        major, functions = on_client(client, select_mode_steps(isinstance(client, redis.Redis)))
+        self._setup(client, tag, major, functions)
+        self._local = threading.local()
+        # Weak: a connection dies with its thread's local storage (short-lived
+        # request threads must not pin sockets); close() disconnects the rest.
+        self._connections: weakref.WeakSet[Any] = weakref.WeakSet()
+
+    def probe(self) -> None:
+        """Run one cheap read-only operation (an empty sorted set read).
+
+        Raises the redis-py error when this Redis user may not run the store's scripts
+        (EVALSHA or SCRIPT LOAD refused, or the store's keys out of its ACL key pattern).
+        """
+        self(*PROBE)
 
     def _connection(self) -> Any:
         conn = getattr(self._local, "conn", None)
@@ -266,43 +331,29 @@ class ScriptRegistry:
     def __call__(self, name: str, *args: Any) -> Any:
         if not self._direct:
             return self._scripts[name](keys=self._keys, args=args)
-        head = self._heads.get(name)
-        if head is None:
-            if self._functions:
-                head = ("FCALL", f"{self._lib}_{name}", 1, self._tag)
-            else:
-                head = ("EVALSHA", self._shas[name], 1, self._tag)
-            self._heads[name] = head
+        head = self._heads.get(name) or self._head(name)
         conn = getattr(self._local, "conn", None) or self._connection()
         packed = _pack(conn, head + args)
         for attempt in range(3):
             try:
                 conn.send_packed_command(packed)
                 return conn.read_response()
-            except NoScriptError:
-                conn.send_command("SCRIPT", "LOAD", self._texts[name])
-                conn.read_response()
-            except NoPermissionError as exc:
-                # Only FCALL itself refused switches modes (not a key the user may not touch).
-                if head[0] != "FCALL" or "'fcall'" not in str(exc).lower() or attempt == 2:
-                    raise
-                self._fall_back_to_scripts()
-                head = ("EVALSHA", self._shas[name], 1, self._tag)
-                packed = _pack(conn, head + args)
-            except ResponseError as exc:
-                if "Function not found" not in str(exc) or attempt == 2:
-                    raise
-                if not self._load_library():  # someone ran FUNCTION FLUSH
+            except (RedisError, OSError) as exc:
+                action = call_failure(exc, head[0] == "FCALL", attempt)
+                if action == "load":
+                    conn.send_command("SCRIPT", "LOAD", self._texts[name])
+                    conn.read_response()
+                    continue
+                if action == "reload" and on_client(self._client, load_library_steps()):
+                    continue
+                if action in ("fallback", "reload"):
                     self._fall_back_to_scripts()
-                    head = ("EVALSHA", self._shas[name], 1, self._tag)
+                    head = self._head(name)
                     packed = _pack(conn, head + args)
-            except RedisTimeoutError:
-                # The call may still run once the server answers: never send it twice.
-                conn.disconnect()
-                raise
-            except (RedisConnectionError, OSError):
-                conn.disconnect()
-                if attempt == 2:
+                    continue
+                if action in ("drop", "reconnect"):
+                    conn.disconnect()
+                if action != "reconnect":
                     raise
         raise AssertionError("unreachable")
 

@@ -15,6 +15,7 @@ polling.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import logging
 import threading
@@ -37,6 +38,13 @@ from store.errors import JobStoreError
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+#: Under WSGI, the longest a stream goes without writing (a keep-alive comment): how soon the
+#: slot of a browser that went away is freed.
+WSGI_PROBE_S = 2.0
+#: Under WSGI, how long a new stream waits for a slot while the open ones are probed: a
+#: stream notices a probe within its read (at most a second), then its write fails.
+SLOT_WAIT_S = 2.5
 
 _pool_lock = threading.Lock()
 _pool: tuple[int, ThreadPoolExecutor] | None = None
@@ -81,7 +89,12 @@ async def events(request: HttpRequest) -> HttpResponseBase:
         job_id=form.cleaned_data["job"],
         can_view_payload=await sync_to_async(permissions.can_view_payload)(user),
     )
-    slot = live.SLOTS.acquire(limits.max_connections)
+    # Under WSGI a full house may hold streams of pages already left: they are probed and
+    # the request waits a moment for one to end (under ASGI a closed stream ends at once).
+    wait_s = 0.0 if isinstance(request, ASGIRequest) else SLOT_WAIT_S
+    slot = await sync_to_async(live.SLOTS.acquire, thread_sensitive=False)(
+        limits.max_connections, wait_s
+    )
     if slot is None:
         return plain(
             503,
@@ -99,11 +112,16 @@ async def events(request: HttpRequest) -> HttpResponseBase:
         return opened
     stores, position = opened
     await sync_to_async(_close_database_connections)()
-    feed = live.Feed(scope=scope, position=position, limits=limits, started=live.now_s())
     content: Iterator[str] | AsyncIterator[str]
     if isinstance(request, ASGIRequest):
+        feed = live.Feed(scope=scope, position=position, limits=limits, started=live.now_s())
         content = _stream_async(feed, stores, slot, _executor(limits.max_connections))
     else:
+        # A WSGI server learns that the browser left (another page, a closed tab) only when a
+        # write fails: a short heartbeat frees the slot within seconds, not at the next
+        # regular one (page after page would otherwise run the process out of slots).
+        probing = dataclasses.replace(limits, heartbeat_s=min(limits.heartbeat_s, WSGI_PROBE_S))
+        feed = live.Feed(scope=scope, position=position, limits=probing, started=live.now_s())
         content = _stream(feed, stores, slot)
     response = EventStreamResponse(content, slot)
     return secure(response)

@@ -111,6 +111,12 @@ def test_every_store_script_runs_and_succeeds_on_a_cluster_store(
     (held, _), (other, _) = batch.jobs
     # extend_locks, release, ack (retry), recover_stalled
     assert store.extend_locks([(held.id, "c"), (other.id, "d")], 30_000).lost == []
+    # progress / log (and the event stream they append to)
+    assert store.set_progress(held.id, "c", 50) and store.append_log(held.id, "c", "half way")
+    assert [e.type for e in store.events("0", count=1000) if e.job_id == held.id][-2:] == [
+        "progress",
+        "log",
+    ]
     store.release(held.id, "c")
     store.ack(other.id, "d", Retry(delay_ms=0))
     stalled = _claim(store, token="e", lock_duration_ms=1000)

@@ -1298,7 +1298,9 @@ def eval_text(lua_dir: Path, name: str) -> tuple[str, list[tuple[str, int]]]:
         parts.append((path.read_text(encoding="utf-8"), f"lib/{path.name}"))
     parts.append(("begin_call(KEYS[1])", "<scripts.py>"))
     parts.append((f"-- >>> {name}.lua", "<scripts.py>"))
+    parts.append(("local op_reply = (function()", "<scripts.py>"))
     parts.append(((lua_dir / f"{name}.lua").read_text(encoding="utf-8"), f"{name}.lua"))
+    parts.append(("end)()\nEVENTS.flush()\nreturn op_reply", "<scripts.py>"))
     text_lines: list[str] = []
     origin: list[tuple[str, int]] = []
     for chunk, file in parts:

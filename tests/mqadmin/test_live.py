@@ -204,3 +204,30 @@ def test_slots_are_bounded_and_released_once() -> None:
     assert slots.open == 1
     assert slots.acquire(2) is not None
     assert slots.open == 2
+
+
+def test_a_full_house_probes_the_open_streams_and_waits_for_a_slot() -> None:
+    import threading
+
+    slots = live.Slots()
+    held = slots.acquire(1)
+    assert held is not None
+    probes = slots.probe
+    got: list[Any] = []
+    waiter = threading.Thread(target=lambda: got.append(slots.acquire(1, wait_s=5)))
+    waiter.start()
+    threading.Timer(0.2, held.release).start()
+    waiter.join(5)
+    assert got and got[0] is not None and slots.open == 1
+    assert slots.probe == probes + 1
+    # Nobody leaves: refused after the wait.
+    assert slots.acquire(1, wait_s=0.1) is None
+
+
+def test_an_open_stream_answers_a_probe_at_once() -> None:
+    stream = feed()
+    stream.opening(100.0)
+    assert stream.due(100.5) == ""  # the heartbeat is not due yet
+    live.SLOTS.probe += 1
+    assert stream.due(100.6).startswith(": keep-alive")
+    assert stream.due(100.7) == ""  # answered once

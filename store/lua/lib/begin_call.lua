@@ -7,5 +7,6 @@ local function begin_call(tag)
   -- Slots a failed call freed (with_owed publishes and empties it otherwise).
   if next(LIMITS.freed) ~= nil then LIMITS.freed = {} end
   CZ_FOLDED = false
-  EVENTS.cap = nil
+  -- Events of a call that failed half-way (a Function library keeps its state).
+  if EVENTS.n > 0 then EVENTS.reset() end
 end
