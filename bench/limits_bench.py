@@ -273,6 +273,12 @@ class DrainRun:
     limited: int  # of them, batches cut to one job because the queue has limits
     script_us: int
     commands: int
+    #: Every command's Redis µs (INFO commandstats) and the server's own CPU seconds
+    #: (used_cpu_sys + used_cpu_user of INFO cpu) over the drain.
+    redis_us: int = 0
+    server_cpu_s: float = 0.0
+    #: Prefetched jobs the workers handed back (prefetch auto's wait bound).
+    released: int = 0
 
     @property
     def rate(self) -> float:
@@ -281,7 +287,8 @@ class DrainRun:
 
 def worker_child(argv: Sequence[str]) -> None:
     """A worker process of the drain: "ready", wait for a line on stdin, drain, JSON line."""
-    url, prefix, concurrency, prefetch = argv[0], argv[1], int(argv[2]), int(argv[3])
+    url, prefix, concurrency = argv[0], argv[1], int(argv[2])
+    prefetch: int | str = argv[3] if argv[3] == "auto" else int(argv[3])
     quiet_logging()
     jobs = RedisJobStore(connect(url), prefix=prefix)
     registry = StoreRegistry()
@@ -309,7 +316,14 @@ def worker_child(argv: Sequence[str]) -> None:
     worker.run(install_signal_handlers=False)
     ended = time.monotonic()
     jobs.close()
-    print(json.dumps({"ended": ended, **seen}), flush=True)
+    released = worker.stats["released"]  # prefetched jobs handed back by the wait bound
+    print(json.dumps({"ended": ended, "released": released, **seen}), flush=True)
+
+
+def server_cpu_seconds(client: redis.Redis) -> float:
+    """The server's own CPU time so far (``used_cpu_sys + used_cpu_user``, INFO cpu)."""
+    info = client.info("cpu")
+    return float(info["used_cpu_sys"]) + float(info["used_cpu_user"])
 
 
 def _read_line(stream: IO[str] | None, what: str) -> str:
@@ -353,6 +367,7 @@ def drain_run(
         for child in children:
             _read_line(child.stdout, "ready")
         raw.config_resetstat()
+        cpu_before = server_cpu_seconds(raw)
         started = time.monotonic()
         for child in children:
             assert child.stdin is not None
@@ -361,6 +376,7 @@ def drain_run(
         reports = [json.loads(_read_line(child.stdout, "done")) for child in children]
         for child in children:
             child.wait(timeout=60)
+        cpu_after = server_cpu_seconds(raw)
         stats = raw.info("commandstats")
         completed = jobs.counts(QUEUE)["completed"]
         if completed != args.n:
@@ -377,6 +393,13 @@ def drain_run(
                 for k, v in stats.items()
                 if isinstance(v, dict) and k not in ("cmdstat_config|resetstat", "cmdstat_info")
             ),
+            redis_us=sum(
+                int(v.get("usec", 0))
+                for k, v in stats.items()
+                if isinstance(v, dict) and k not in ("cmdstat_config|resetstat", "cmdstat_info")
+            ),
+            server_cpu_s=cpu_after - cpu_before,
+            released=sum(r["released"] for r in reports),
         )
     finally:
         for child in children:  # only on failure are any still running
@@ -507,7 +530,10 @@ def parse_cli(argv: Sequence[str] | None) -> argparse.Namespace:
         "--worker-concurrency", type=int, default=4, help="concurrency of each worker process"
     )
     parser.add_argument(
-        "--prefetch", type=int, default=1, help="the workers' prefetch (Worker's default: 1)"
+        "--prefetch",
+        type=lambda v: v if v == "auto" else int(v),
+        default=1,
+        help="the workers' prefetch: N or auto (Worker's default: auto; this bench's: 1)",
     )
     parser.add_argument(
         "--cpu-pin",
@@ -520,7 +546,8 @@ def parse_cli(argv: Sequence[str] | None) -> argparse.Namespace:
     args.parts = [p.strip() for p in args.only.split(",") if p.strip()]
     if not args.parts or set(args.parts) - {"claims", "drain"}:
         parser.error("--only takes claims, drain or claims,drain")
-    if min(args.n, args.runs, args.procs, args.worker_concurrency, args.prefetch) < 1:
+    prefetch = 1 if args.prefetch == "auto" else args.prefetch
+    if min(args.n, args.runs, args.procs, args.worker_concurrency, prefetch) < 1:
         parser.error("--n, --runs, --procs, --worker-concurrency and --prefetch must be >= 1")
     if args.warmup < 0:
         parser.error("--warmup must be >= 0")

@@ -9,7 +9,7 @@ before every measurement, shut down at exit); each measurement has a fresh key p
 default the server and every client are pinned to one CPU (``--cpu-pin same``, as in
 throughput.py).
 
-**lag**: one worker process (``store.Worker``, default options: concurrency 1, prefetch 1)
+**lag**: one worker process (``store.Worker``, default options: concurrency 1, prefetch auto)
 runs a handler that sleeps ``--handler-ms`` (20, 250 and 1,000 ms by default).  This process
 enqueues one job, waits for it with ``Job.await_result`` and notes the wall time it returned;
 the lag is that time minus the server time of the ack: the millisecond part of the id of the
@@ -518,7 +518,7 @@ def render_lag(lag: LagRuns, args: argparse.Namespace) -> list[str]:
     out = [
         "### `await_result` lag: from the ack to the call returning",
         "",
-        "One worker process (`store.Worker`, concurrency 1, prefetch 1), a handler sleeping the "
+        "One worker process (`store.Worker`, concurrency 1, prefetch auto), a handler sleeping the "
         "given time; one job at a time, the two waits alternated job by job. Lag = wall time "
         "when `Job.await_result` returned − the server time of the ack (the ms part of the "
         "`completed` event's id; ids truncate to the ms, so a lag reads 0–1 ms long). "

@@ -2,7 +2,8 @@
 
 One :class:`Worker` serves one store.  Inside an asyncio event loop it runs,
 per registered queue, ``concurrency`` taker tasks (claim -> run -> ack, with
-the ack and the next claim in one round trip), plus a heartbeat (lock renewal
+the acks of a batch and the next claim in one round trip; ``prefetch="auto"``
+sizes each batch, see :class:`AutoPrefetch`), plus a heartbeat (lock renewal
 and cancel delivery) and, unless ``maintenance=False``, the maintenance loops
 (stalled recovery, schedule ticks, history and dedupe sweeps).  Store calls run
 in a small thread pool on the synchronous store; sleeps run on the store's
@@ -101,6 +102,18 @@ JobHook = Callable[[], None]
 PRESENCE_INTERVAL_MS = 10_000
 # How often a busy taker re-reads its resolver's names (an idle one re-reads on every empty claim).
 RESOLVER_REFRESH_MS = 1_000
+#: The largest batch an "auto" prefetch claims (the drain bench's best tuned setting).
+AUTO_PREFETCH_MAX = 64
+#: The default bound on how long an auto-prefetched job waits in a taker before it starts.
+PREFETCH_WAIT_MS = 500
+#: The share of the wait bound a batch is sized to fill at the estimated run time: the rest
+#: absorbs run times above the estimate, so that the bound rarely has to hand jobs back.
+WAIT_SHARE = 0.5
+#: After a queue-limited answer, how long an auto prefetch claims one job at a time.
+LIMITED_HOLD_MS = 1_000
+#: The weight of a new run time in the auto prefetch's estimate when it is below the estimate
+#: (a longer run replaces the estimate at once: fairness first).
+RUN_TIME_DECAY = 0.2
 
 
 class NameResolver(Protocol):
@@ -172,8 +185,62 @@ class _Held:
 
     job: JobRecord
     token: str
+    claimed_at: int = 0
     lost: bool = False
     cancelled: bool = False
+    #: Handed back by the wait bound (auto prefetch) before its turn came.
+    released: bool = False
+
+
+class AutoPrefetch:
+    """How many jobs one taker claims next, with ``prefetch="auto"``.
+
+    A taker runs its batch one job after another, so the last of ``b`` prefetched jobs
+    waits about ``(b - 1)`` run times in this worker while another worker may be idle.
+    The batch doubles after every claim that came back full (the queue is deep), up to
+    ``cap`` and to ``1 + wait_ms * WAIT_SHARE / run time`` (the run time estimate jumps up at once
+    on a longer run and decays slowly), so long jobs are claimed one at a time.  A claim
+    that came back short sets the next batch to what it got (the queue is shallow: leave
+    the rest to the other workers); a queue with limits, whose batches the store cuts to
+    one job, is asked one job at a time for ``LIMITED_HOLD_MS``; and a batch the wait
+    bound had to hand back starts again at one.
+    """
+
+    def __init__(self, wait_ms: int, cap: int = AUTO_PREFETCH_MAX) -> None:
+        self.wait_ms = wait_ms
+        self.cap = cap
+        self.size = 1
+        #: The estimated run time of one job in this taker (ms), None before the first run.
+        self.run_ms: float | None = None
+        self.limited_until: int | None = None
+
+    def fits(self) -> int:
+        """How many jobs fit the wait bound at the estimated run time."""
+        if not self.run_ms:
+            return self.cap
+        return max(1, min(self.cap, 1 + int(self.wait_ms * WAIT_SHARE / self.run_ms)))
+
+    def want(self) -> int:
+        return min(self.size, self.fits())
+
+    def ran(self, ms: float) -> None:
+        if self.run_ms is None or ms >= self.run_ms:
+            self.run_ms = float(ms)
+        else:
+            self.run_ms += (ms - self.run_ms) * RUN_TIME_DECAY
+
+    def claimed(self, asked: int, got: int, throttled: str | None, now: int) -> None:
+        if throttled == "limited":
+            self.size, self.limited_until = 1, now + LIMITED_HOLD_MS
+        elif got < asked:
+            self.size = max(1, got)
+        elif self.limited_until is None or now >= self.limited_until:
+            self.limited_until = None
+            self.size = min(self.fits(), self.size * 2)
+
+    def overheld(self) -> None:
+        """The wait bound handed jobs of this taker's batch back: start again at one."""
+        self.size = 1
 
 
 class JobTimeoutError(Exception):
@@ -184,6 +251,17 @@ class JobTimeoutError(Exception):
 class _QueueConfig:
     names: set[str] = field(default_factory=set)
     concurrency: int | None = None
+
+
+def _prefetch_setting(value: int | str) -> int | str:
+    """``prefetch`` checked: "auto", or a whole number of jobs per claim (at least 1)."""
+    if value == "auto":
+        return "auto"
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidRequestError(f"prefetch must be 'auto' or a whole number >= 1, not {value!r}")
+    return value
 
 
 def backoff_delay_ms(job: JobRecord | Job | BackoffPolicy | None, attempt: int) -> int:
@@ -244,7 +322,8 @@ class Worker:
         registry: StoreRegistry | None = None,
         flow_sweep_interval_ms: int = 30_000,
         flow_sweeper: bool | None = None,
-        prefetch: int = 1,
+        prefetch: int | str = "auto",
+        prefetch_wait_ms: int = PREFETCH_WAIT_MS,
         resolver: NameResolver | None = None,
         metrics: Any = None,
     ) -> None:
@@ -279,7 +358,13 @@ class Worker:
             self.registry.register(store)
         self.flow_sweep_interval_ms = int(flow_sweep_interval_ms)
         self.flow_sweeper = flow_sweeper
-        self.prefetch = max(1, int(prefetch))
+        #: "auto" (the batch adapts, see AutoPrefetch) or exactly that many jobs per claim.
+        self.prefetch: int | str = _prefetch_setting(prefetch)
+        if isinstance(prefetch_wait_ms, bool) or not isinstance(prefetch_wait_ms, int):
+            raise InvalidRequestError("prefetch_wait_ms must be an integer of milliseconds")
+        if prefetch_wait_ms < 1:
+            raise InvalidRequestError("prefetch_wait_ms must be at least 1")
+        self.prefetch_wait_ms = prefetch_wait_ms
         self.resolver = resolver
         # queue -> (names the resolver gave, when they were read); merged into claims.
         self._resolved: dict[str, tuple[frozenset[str], int]] = {}
@@ -287,6 +372,7 @@ class Worker:
         #: A store.worker_metrics.WorkerMetrics (Prometheus instruments), or None.
         self.metrics = metrics
         self._held: dict[str, _Held] = {}
+        self._held_added: asyncio.Event | None = None
         self._relay_pulse: asyncio.Event | None = None
         self._handlers: dict[str, Job] = {}
         self._queues: dict[str, _QueueConfig] = {}
@@ -397,6 +483,11 @@ class Worker:
             # Announce this worker in the store's workers hash (dashboards, mqhealth --worker).
             asyncio.create_task(self._presence(), name="presence"),
         ]
+        self._held_added = asyncio.Event()
+        if self.prefetch == "auto":
+            loops.append(
+                asyncio.create_task(self._bound_prefetch_waits(), name="prefetch wait bound")
+            )
         self._relay_pulse = asyncio.Event()
         if self.maintenance:
             loops.append(asyncio.create_task(self._relay_loop(), name="outbox relay"))
@@ -485,22 +576,30 @@ class Worker:
 
     async def _taker(self, queue: str) -> None:
         """Claim -> run -> ack, with the acks of a batch and the next claim in one call."""
-        assert self._stopping is not None
-        held: list[tuple[JobRecord, str]] = []
+        assert self._stopping is not None and self._held_added is not None
+        auto = AutoPrefetch(self.prefetch_wait_ms) if self.prefetch == "auto" else None
+        held: list[_Held] = []
         acks: list[tuple[JobRecord, str, AckOutcome]] = []
         while not self._stopping.is_set():
             try:
                 if not held:
                     if self.resolver is not None and self._resolver_stale(queue):
                         await self._refresh_resolved(queue)
-                    batch = await self._flush_and_claim(queue, acks, self.prefetch)
+                    want = auto.want() if auto is not None else cast(int, self.prefetch)
+                    batch = await self._flush_and_claim(queue, acks, want)
                     acks = []
                     if batch is None:
                         await sleep_ms(self.clock, min(self.poll_interval_ms, 1000))
                         continue
-                    held = list(batch.jobs)
-                    for job, token in held:
-                        self._held[job.id] = _Held(job, token)
+                    now = self.clock()
+                    if auto is not None:
+                        throttled = batch.empty.throttled if batch.empty is not None else None
+                        auto.claimed(want, len(batch.jobs), throttled, now)
+                    for job, token in batch.jobs:
+                        state = self._held[job.id] = _Held(job, token, now)
+                        held.append(state)
+                    if len(held) > 1:
+                        self._held_added.set()
                     if not held:
                         assert batch.empty is not None
                         if self.resolver is not None and await self._refresh_resolved(queue):
@@ -515,16 +614,24 @@ class Worker:
                         continue
                 if self._stopping.is_set():
                     break
-                job, token = held.pop(0)
-                state = self._held.pop(job.id, None)
-                if state is not None and state.lost:
+                state = held.pop(0)
+                job, token = state.job, state.token
+                if state.released:
+                    if auto is not None:
+                        auto.overheld()
+                    continue  # the wait bound handed it back: another worker may take it
+                self._held.pop(job.id, None)
+                if state.lost:
                     logger.warning("prefetched job %s lost its lock before it ran; skipped", job.id)
                     continue
-                if state is not None and state.cancelled:
+                if state.cancelled:
                     self.stats["cancelled"] += 1
                     acks.append((job, token, Cancelled()))
                     continue
+                started = self.clock()
                 outcome = await self._process(job, token)
+                if auto is not None:
+                    auto.ran(self.clock() - started)
                 if outcome is not None:
                     acks.append((job, token, outcome))
             except asyncio.CancelledError:
@@ -537,9 +644,55 @@ class Worker:
         # Stopping: deliver the outcomes we have, hand back what never ran.
         if acks:
             await self._flush_and_claim(queue, acks, 0)
-        for job, token in held:
-            self._held.pop(job.id, None)
-            await self._release(job, token)
+        for state in held:
+            if not state.released:
+                self._held.pop(state.job.id, None)
+                await self._release(state.job, state.token)
+
+    def _waiting(self) -> Iterable[_Held]:
+        """The prefetched jobs the wait bound applies to, oldest claim first (_held keeps
+        claim order): lost ones are skipped at their turn, cancelled ones acked."""
+        return (s for s in self._held.values() if not s.lost and not s.cancelled)
+
+    async def _bound_prefetch_waits(self) -> None:
+        """Hand back each auto-prefetched job whose wait passes ``prefetch_wait_ms`` while its
+        taker is still busy with an earlier job, so that an idle worker can run it; no
+        attempt is used.  Sleeps on the clock only while such jobs are held."""
+        assert self._held_added is not None
+        added = self._held_added
+        while True:
+            oldest = next(iter(self._waiting()), None)
+            if oldest is None:
+                added.clear()
+                await added.wait()
+                continue
+            await sleep_ms(
+                self.clock, max(0, oldest.claimed_at + self.prefetch_wait_ms + 1 - self.clock())
+            )
+            try:
+                await self._release_late()
+            except Exception:
+                logger.exception("handing back prefetched jobs failed; carrying on")
+
+    async def _release_late(self) -> None:
+        """Release the prefetched jobs that have waited longer than ``prefetch_wait_ms``."""
+        cutoff = self.clock() - self.prefetch_wait_ms - 1
+        late: list[_Held] = []
+        for state in self._waiting():
+            if state.claimed_at > cutoff:
+                break
+            late.append(state)
+        for state in late:
+            del self._held[state.job.id]
+            state.released = True
+        if late:
+            logger.info(
+                "handing back %d prefetched job(s) that waited over %d ms: their taker is busy",
+                len(late),
+                self.prefetch_wait_ms,
+            )
+        for state in late:
+            await self._release(state.job, state.token)
 
     async def _flush_and_claim(
         self, queue: str, acks: list[tuple[JobRecord, str, AckOutcome]], want: int

@@ -72,6 +72,43 @@ def test_runworker_burst_drains_the_queue_and_exits(
         store.close()
 
 
+@pytest.mark.parametrize(
+    ("flag", "value", "message"),
+    [
+        ("--prefetch", "0", "must be at least 1, not 0"),
+        ("--prefetch", "lots", "expected a whole number, not 'lots'"),
+        ("--prefetch-wait-ms", "-5", "must be at least 1, not -5"),
+    ],
+)
+def test_runworker_refuses_a_bad_prefetch(
+    env: dict[str, str], flag: str, value: str, message: str
+) -> None:
+    proc = manage(["runworker", "--burst", flag, value], env)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode != 0
+    assert message in out and "Traceback" not in out
+
+
+@pytest.mark.parametrize("prefetch", ["auto", "4"])
+def test_runworker_processes_drain_with_a_prefetch(
+    redis_client: Any, prefix: str, env: dict[str, str], prefetch: str
+) -> None:
+    store = RedisJobStore(redis_client, prefix=prefix)
+    try:
+        store.enqueue_many([EnqueueRequest(name="Echo", payload={"n": i}) for i in range(200)])
+        proc = manage(
+            ["runworker", "--burst", "--queues", "default", "--processes", "2",
+             "--prefetch", prefetch, "--prefetch-wait-ms", "50"],
+            env,
+        )  # fmt: skip
+        out, _ = proc.communicate(timeout=90)
+        assert proc.returncode == 0, out
+        assert "supervising 2 worker processes" in out
+        assert store.counts()["completed"] == 200
+    finally:
+        store.close()
+
+
 def test_runworker_sigterm_releases_the_running_job_without_an_attempt(
     redis_client: Any, prefix: str, env: dict[str, str], tmp_path: Path
 ) -> None:

@@ -36,10 +36,27 @@ from mqadmin.management.options import add_metrics_arguments
 logger = logging.getLogger("mqadmin.runworker")
 
 
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, not {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
+def _prefetch(text: str) -> int | str:
+    """--prefetch: 'auto' or a whole number >= 1."""
+    return "auto" if text == "auto" else _positive(text)
+
+
 class Command(BaseCommand):
     help = "Run a worker for the project's jobs (or supervise several with --processes)."
 
     def add_arguments(self, parser: CommandParser) -> None:
+        from store.worker import AUTO_PREFETCH_MAX, PREFETCH_WAIT_MS
+
         parser.add_argument(
             "--store", default="default", help="configured store to serve (MQ_STORES name)"
         )
@@ -54,9 +71,18 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--prefetch",
-            type=int,
-            default=1,
-            help="jobs each taker claims at once (a batch's acks ride with the next claim)",
+            type=_prefetch,
+            default="auto",
+            help="jobs each taker claims at once (a batch's acks ride with the next claim): "
+            f"'auto' (default) grows the batch up to {AUTO_PREFETCH_MAX} while the queue is "
+            "deep and the jobs short, one at a time for long jobs; or exactly N",
+        )
+        parser.add_argument(
+            "--prefetch-wait-ms",
+            type=_positive,
+            default=PREFETCH_WAIT_MS,
+            help="with --prefetch auto: the longest a prefetched job waits in this worker "
+            f"before it is handed back for another worker (default {PREFETCH_WAIT_MS})",
         )
         parser.add_argument("--burst", action="store_true", help="exit when the queues are empty")
         parser.add_argument(
@@ -115,6 +141,7 @@ class Command(BaseCommand):
             burst=options["burst"],
             job_hooks=runtime.django_job_hooks(),
             prefetch=options["prefetch"],
+            prefetch_wait_ms=options["prefetch_wait_ms"],
             resolver=runtime.tasks_resolver(job_store, queues),
             metrics=metrics,
         )
@@ -180,6 +207,7 @@ class Command(BaseCommand):
             "queues",
             "concurrency",
             "prefetch",
+            "prefetch_wait_ms",
             "run_sync_in",
             "lock_duration_ms",
             "poll_interval_ms",
