@@ -41,18 +41,18 @@ function EVENTS.emit(kind, id, name, queue, attempt, now, data)
 end
 
 -- Forget the events collected (after a flush, or those of a call that failed
--- half-way: a Function library keeps its state between calls).
+-- half-way: a Function library keeps its state between calls).  The buffer is
+-- kept and overwritten (only buf[1..n] is read): no table per call.
 function EVENTS.reset()
-  EVENTS.buf, EVENTS.n, EVENTS.head = {}, 0, 0
+  EVENTS.n, EVENTS.head = 0, 0
 end
 
 -- Append the call's events as one entry (nothing when it made none).
 function EVENTS.flush()
   local n = EVENTS.n
   if n == 0 then return end
-  local buf = EVENTS.buf
   EVENTS.reset()
   local cap = tonumber(redis.call('GET', K_LIMIT.evcap) or '') or EVENTS.default
   if cap <= 0 then return end
-  redis.call('XADD', K_LIMIT.events, 'MAXLEN', '~', cap, '*', 'e', table.concat(buf, '\0', 1, n))
+  redis.call('XADD', K_LIMIT.events, 'MAXLEN', '~', cap, '*', 'e', table.concat(EVENTS.buf, '\0', 1, n))
 end
