@@ -249,17 +249,28 @@ def test_busiest_groups_is_bounded(store: RedisJobStore) -> None:
         store.busiest_groups(Q, limit=0)
 
 
-def commands_per_run(store: RedisJobStore, redis_client: Any, queue: str, runs: int) -> float:
-    """Redis commands (scripts' own included) per claim + ack, over ``runs`` of them."""
+def commands_per_run(
+    store: RedisJobStore, redis_client: Any, queue: str, runs: int, rounds: int = 5
+) -> float:
+    """Redis commands (scripts' own included) per claim + ack, over ``runs`` of them.
+
+    The counters are the server's: on a Redis shared with other tests (the suite's workers
+    against one server) their commands add to a round, never take away, so the fewest per
+    run over ``rounds`` rounds is this store's own figure.
+    """
 
     def calls() -> int:
         stats = redis_client.info("commandstats")
         return sum(v["calls"] for k, v in stats.items() if k.startswith("cmdstat_"))
 
-    before = calls()
-    for _ in range(runs):
-        ack(store, claim(store, queue=queue, token="t").job)
-    return (calls() - before - 1) / runs
+    per_round = runs // rounds
+    fewest = float("inf")
+    for _ in range(rounds):
+        before = calls()
+        for _ in range(per_round):
+            ack(store, claim(store, queue=queue, token="t").job)
+        fewest = min(fewest, (calls() - before - 1) / per_round)
+    return fewest
 
 
 def test_100000_groups_claim_with_the_same_commands_as_ten(
