@@ -15,6 +15,8 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 from asgiref.sync import async_to_sync
 from django.core.handlers.asgi import ASGIHandler
+from django.core.signals import request_finished
+from django.db import close_old_connections
 from django.test import AsyncClient, Client
 
 from mqadmin import live
@@ -83,7 +85,14 @@ class Reader:
         return self.until(lambda m: m.get("event") == name, timeout)
 
     def close(self) -> None:
-        self.response.close()
+        # As Django's test client does when a streamed response is read to its end: the
+        # request's end must not close the test's database connection, which holds the
+        # test's transaction (PostgreSQL would lose it; SQLite's in-memory one shrugs).
+        request_finished.disconnect(close_old_connections)
+        try:
+            self.response.close()
+        finally:
+            request_finished.connect(close_old_connections)
 
 
 def stream(client: Client, query: str = "store=main", **headers: str) -> Reader:
@@ -346,10 +355,15 @@ def test_under_asgi_the_stream_is_async_and_ends_when_closed(
     assert live.SLOTS.open == open_before
 
 
+@pytest.mark.django_db(transaction=True)
 def test_under_asgi_a_closed_tab_ends_the_loop_at_once(
     stores: Stores, admin_client_: Client
 ) -> None:
-    """The ASGI handler itself: after http.disconnect the stream stops within a read."""
+    """The ASGI handler itself: after http.disconnect the stream stops within a read.
+
+    Committed data (transaction=True): the handler reads the session on a connection of its
+    own, which on PostgreSQL would not see a row the test's transaction has not committed.
+    """
     session = admin_client_.cookies["sessionid"].value
     scope = {
         "type": "http",
@@ -386,7 +400,11 @@ def test_under_asgi_a_closed_tab_ends_the_loop_at_once(
                 disconnect.set()
 
         task = asyncio.ensure_future(ASGIHandler()(scope, receive, send))
-        await disconnect.wait()
+        try:
+            await asyncio.wait_for(disconnect.wait(), 15)
+        except TimeoutError:
+            task.cancel()
+            raise AssertionError(f"no ready event from the stream: {sent!r}") from None
         asked = time.monotonic()
         await asyncio.wait_for(task, 5)
         return sent, time.monotonic() - asked
