@@ -393,6 +393,10 @@ class AsyncRedisJobStore(StoreCore):
         ``block_ms`` an XREAD BLOCK on the asyncio client waits for the first one."""
         return await self._drive(self._events_steps(after, block_ms, count))
 
+    async def newest_events(self, count: int = 100) -> builtins.list[JobEvent]:
+        """The events of the newest ``count`` (1-1000) store calls, oldest first."""
+        return await self._drive(self._newest_events_steps(count))
+
     async def last_event_id(self) -> str:
         """The id of the newest event (``"0-0"`` when the stream is empty)."""
         return await self._drive(self._last_event_id_steps())

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from store import codec
@@ -49,7 +49,7 @@ FINAL_EVENT_TYPES = frozenset({"completed", "failed", "cancelled", "removed"})
 DEFAULT_EVENTS_MAX_LEN = 10_000
 #: The largest cap (a stream of this many entries of a few hundred bytes is ~100 MB).
 MAX_EVENTS_MAX_LEN = 1_000_000
-#: Most events one ``events`` call returns.
+#: Most stream entries (store calls' events) one ``events`` call returns.
 MAX_EVENTS_COUNT = 1000
 #: A blocking read waits in slices of at most this long (within any socket timeout).
 BLOCK_SLICE_MS = 1000
@@ -262,6 +262,11 @@ class EventSteps:
         newest = yield cmd("events", "xrevrange", self.keys.events, count=1)
         return str(newest[0][0]) if newest else "0-0"
 
+    def _newest_events_steps(self, count: Any) -> Steps[list[JobEvent]]:
+        count = check_count(count, MAX_EVENTS_COUNT)
+        entries = yield cmd("events", "xrevrange", self.keys.events, count=count)
+        return events_from_entries(reversed(entries))
+
     def _events_max_len_steps(self) -> Steps[int]:
         return parse_max_len((yield cmd("events", "get", self.keys.events_cap)))
 
@@ -280,13 +285,13 @@ class EventSteps:
         cursor = (yield from self._last_event_id_steps()) if events_on else ""
         record = yield from self._get_job_steps(job_id)
         while not waiter.done(record):
-            remaining = waiter.remaining_ms()
             if not events_on:
-                yield sleep(min(waiter.next_delay(), remaining / 1000))
+                assert record is not None  # done() raised otherwise
+                yield sleep(waiter.polls.next_delay(record.state))
                 record = yield from self._get_job_steps(job_id)
                 continue
             found = yield from self._events_steps(
-                cursor, min(remaining, BLOCK_SLICE_MS), MAX_EVENTS_COUNT
+                cursor, min(waiter.remaining_ms(), BLOCK_SLICE_MS), MAX_EVENTS_COUNT
             )
             cursor = newest_id(found, cursor)
             if waiter.should_read(found):
@@ -335,9 +340,7 @@ class EventOperations(EventSteps):
 
     def newest_events(self, count: int = 100) -> list[JobEvent]:
         """The events of the newest ``count`` (1-1000) store calls, oldest first."""
-        count = check_count(count, MAX_EVENTS_COUNT)
-        entries = self._command("events", "xrevrange", self.keys.events, count=count)
-        return events_from_entries(reversed(entries))
+        return self._drive(self._newest_events_steps(count))
 
     def events_max_len(self) -> int:
         """How many events the stream keeps (about; 0: no events are written)."""
@@ -410,17 +413,52 @@ class EventOperations(EventSteps):
         return self._drive(self._job_log_length_steps(job_id))
 
 
+class PollWaits:
+    """The delays between the reads of a polling result wait (a ``poll_schedule`` given
+    to ``Job.await_result`` / ``Job.aawait_result``) and its deadline: 10 ms doubling up
+    to 1 s, or along the schedule (seconds; when it runs out the wait times out)."""
+
+    def __init__(
+        self, job_id: str, timeout_s: float | None, poll_schedule: Iterable[float] | None
+    ) -> None:
+        self.job_id = job_id
+        self.timeout_s = timeout_s
+        self.delays = iter(poll_schedule) if poll_schedule is not None else _default_poll_delays()
+        self.deadline = None if timeout_s is None else time.monotonic() + timeout_s
+
+    def next_delay(self, state: str) -> float:
+        """Seconds to sleep before the next read; TimeoutError when the wait is over."""
+        try:
+            delay = next(self.delays)
+        except StopIteration:
+            raise TimeoutError(
+                f"job {self.job_id!r} is still {state} (poll schedule exhausted)"
+            ) from None
+        if self.deadline is not None:
+            remaining = self.deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError(f"job {self.job_id!r} is still {state} after {self.timeout_s} s")
+            delay = min(delay, remaining)
+        return float(delay)
+
+
+def _default_poll_delays() -> Iterator[float]:
+    delay = 0.01
+    while True:
+        yield delay
+        delay = min(1.0, delay * 2)
+
+
 class ResultWait:
-    """The bookkeeping of one result wait (``wait_for_result``; the async store's too):
-    the deadline, when to read the record again, the polling fallback's delays."""
+    """The bookkeeping of one event-driven result wait (``wait_for_result``; the async
+    store's too): when to read the record again; its deadline and its polling fallback
+    (events turned off) are a :class:`PollWaits`'."""
 
     def __init__(self, job_id: str, timeout_s: float | None) -> None:
         self.job_id = job_id
-        self.timeout_s = timeout_s
-        start = time.monotonic()
-        self.deadline = None if timeout_s is None else start + timeout_s
-        self.last_read = start
-        self.delay = 0.005
+        self.polls = PollWaits(job_id, timeout_s, None)
+        self.deadline = self.polls.deadline
+        self.last_read = time.monotonic()
 
     def done(self, record: JobRecord | None) -> bool:
         """True when ``record`` is terminal; raises when it is gone or time is up."""
@@ -431,7 +469,7 @@ class ResultWait:
             return True
         if self.deadline is not None and self.last_read >= self.deadline:
             raise TimeoutError(
-                f"job {self.job_id!r} is still {record.state} after {self.timeout_s} s"
+                f"job {self.job_id!r} is still {record.state} after {self.polls.timeout_s} s"
             )
         return False
 
@@ -450,10 +488,6 @@ class ResultWait:
             return True
         now = time.monotonic()
         return now - self.last_read >= 1 or (self.deadline is not None and now >= self.deadline)
-
-    def next_delay(self) -> float:
-        self.delay = min(1.0, self.delay * 2)
-        return self.delay
 
 
 def newest_id(events: Sequence[JobEvent], after: str) -> str:

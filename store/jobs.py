@@ -27,7 +27,7 @@ import secrets
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -38,6 +38,7 @@ from store.errors import (
     JobCancelledError,
     JobNotFoundError,
 )
+from store.events import PollWaits
 from store.records import (
     MAX_RUN_AT_TEXT,
     MISSING,
@@ -743,42 +744,6 @@ def settled_result(job_id: str, record: JobRecord | None) -> tuple[bool, Any]:
     if record.is_terminal:
         return True, job_outcome(record)
     return False, None
-
-
-class PollWaits:
-    """The delays between the reads of a polling result wait (a ``poll_schedule`` given
-    to ``Job.await_result`` / ``Job.aawait_result``) and its deadline: 10 ms doubling up
-    to 1 s, or along the schedule (seconds; when it runs out the wait times out)."""
-
-    def __init__(
-        self, job_id: str, timeout_s: float | None, poll_schedule: Iterable[float] | None
-    ) -> None:
-        self.job_id = job_id
-        self.timeout_s = timeout_s
-        self.delays = iter(poll_schedule) if poll_schedule is not None else _default_poll_delays()
-        self.deadline = None if timeout_s is None else time.monotonic() + timeout_s
-
-    def next_delay(self, state: str) -> float:
-        """Seconds to sleep before the next read; TimeoutError when the wait is over."""
-        try:
-            delay = next(self.delays)
-        except StopIteration:
-            raise TimeoutError(
-                f"job {self.job_id!r} is still {state} (poll schedule exhausted)"
-            ) from None
-        if self.deadline is not None:
-            remaining = self.deadline - time.monotonic()
-            if remaining <= 0:
-                raise TimeoutError(f"job {self.job_id!r} is still {state} after {self.timeout_s} s")
-            delay = min(delay, remaining)
-        return float(delay)
-
-
-def _default_poll_delays() -> Iterator[float]:
-    delay = 0.01
-    while True:
-        yield delay
-        delay = min(1.0, delay * 2)
 
 
 def job(name: str, **options: Any) -> Callable[[Callable[..., Any]], Job]:

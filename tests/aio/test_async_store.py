@@ -65,6 +65,8 @@ def test_the_async_stores_records_equal_the_sync_stores(store: AsyncFacade, cloc
     assert store.counts() == store.sync.counts() and store.counts("q") == store.sync.counts("q")
     assert store.get_jobs([by_sync.id, "nope"]) == store.sync.get_jobs([by_sync.id, "nope"])
     assert store.events("0", count=1000) == store.sync.events("0", count=1000)
+    assert store.newest_events(3) == store.sync.newest_events(3)
+    assert store.newest_events(1000) == store.sync.events("0", count=1000)
 
 
 def test_fifty_concurrent_aexecutes_through_an_asgi_app(make_store: Any) -> None:
