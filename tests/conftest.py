@@ -91,3 +91,56 @@ def make_store(
 @pytest.fixture
 def store(make_store: Callable[..., RedisJobStore]) -> RedisJobStore:
     return make_store()
+
+
+class InFlight:
+    """The live server's requests inside Django's handler, counted.
+
+    A test's database flush must not run while the server still handles a request the
+    browser sent just before its tab closed: with SQLite in memory both share one
+    connection, and ``DELETE FROM`` a table another statement is reading fails ("database
+    table is locked").  A streaming response counts only until its view returns (its body
+    reads Redis, not the database)."""
+
+    def __init__(self, app: Callable[..., Any]) -> None:
+        import threading
+
+        self.app = app
+        self.count = 0
+        self._lock = threading.Lock()
+
+    def __call__(self, environ: Any, start_response: Any) -> Any:
+        with self._lock:
+            self.count += 1
+        try:
+            return self.app(environ, start_response)
+        finally:
+            with self._lock:
+                self.count -= 1
+
+    def wait_idle(self, timeout_s: float = 10.0, settle_s: float = 0.2) -> None:
+        """Until no request has been in the handler for ``settle_s`` (a request accepted
+        just now is dispatched within it), or ``timeout_s``."""
+        import time
+
+        deadline = time.monotonic() + timeout_s
+        idle_since: float | None = None
+        while time.monotonic() < deadline:
+            now = time.monotonic()
+            if self.count:
+                idle_since = None
+            elif idle_since is None:
+                idle_since = now
+            elif now - idle_since >= settle_s:
+                return
+            time.sleep(0.02)
+
+
+@pytest.fixture(scope="session")
+def live_server(live_server: Any) -> Any:
+    """pytest-django's live server, its requests counted (:class:`InFlight`)."""
+    httpd = live_server.thread.httpd
+    if not isinstance(httpd.get_app(), InFlight):
+        httpd.set_app(InFlight(httpd.get_app()))
+    live_server.in_flight = httpd.get_app()
+    return live_server

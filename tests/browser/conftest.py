@@ -101,7 +101,7 @@ def console() -> ConsoleLog:
 
 
 @pytest.fixture
-def page(browser: Any, console: ConsoleLog) -> Iterator[Any]:
+def page(browser: Any, console: ConsoleLog, request: pytest.FixtureRequest) -> Iterator[Any]:
     context = browser.new_context(viewport={"width": 1400, "height": 900})
     # confirm() dialogs (data-confirm buttons) are accepted, as a user would.
     context.on("page", lambda p: p.on("dialog", lambda d: d.accept()))
@@ -115,10 +115,17 @@ def page(browser: Any, console: ConsoleLog) -> Iterator[Any]:
     tab.on("dialog", lambda dialog: dialog.accept())
     tab.set_default_timeout(15_000)
     console.attach(tab)
+    server = (
+        request.getfixturevalue("live_server") if "live_server" in request.fixturenames else None
+    )
     try:
         yield tab
     finally:
         context.close()
+        # The requests the tab sent last may still be served: let them end before the
+        # test's database is flushed (tests/conftest.py InFlight).
+        if server is not None:
+            server.in_flight.wait_idle()
 
 
 def shot(page: Any, name: str) -> Path:

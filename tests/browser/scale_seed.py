@@ -35,6 +35,7 @@ class SeedClock:
 class Seeded:
     total: int = 0
     starved: str = ""
+    starved_at_ms: int = 0
     by_queue: dict[str, dict[str, int]] = field(default_factory=dict)
 
 
@@ -99,7 +100,7 @@ def seed_scale(client: Any, prefix: str, now_ms: int, store_key: str = "main") -
     for record in job_store.list(queue="billing", limit=200).items:
         job_store.cancel(record.id)
     # The starved job: low priority, enqueued 12 minutes before the backlog.
-    clock.at = now_ms - 12 * 60_000
+    clock.at = seeded.starved_at_ms = now_ms - 12 * 60_000
     seeded.starved = job_store.enqueue(
         EnqueueRequest(name="Export", queue="export", payload={"starved": True}, priority=0)
     ).id

@@ -28,11 +28,16 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture(autouse=True)
-def quick_stream(settings: Any) -> Iterator[None]:
-    """Short intervals so a test sees coalescing, heartbeats and lifetimes in a second."""
+def quick_stream(settings: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Short intervals so a test sees coalescing, heartbeats and lifetimes in a second.
+
+    And slots of the test's own: a stream another test of this process left open (a
+    browser test's tab, closed a moment ago) ends on its own schedule and gives its slot
+    back to the process's slots, never to these."""
     settings.MQ_EVENTS_INTERVAL_MS = 50
     settings.MQ_EVENTS_HEARTBEAT_S = 30
     settings.MQ_EVENTS_MAX_AGE_S = 30
+    monkeypatch.setattr(live, "SLOTS", live.Slots())
     before = live.SLOTS.open
     yield
     # Every stream a test opened is closed by then: no slot (and no thread) leaks.
