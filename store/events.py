@@ -350,12 +350,7 @@ class EventOperations(EventSteps):
         """Set how many events the store's stream keeps (store-wide, every process at its
         next call; 0 stops writing events and deletes the stream).  The stream is trimmed
         to the new length at once."""
-        max_len = check_max_len(max_len)
-        self._command("events", "set", self.keys.events_cap, str(max_len))
-        if max_len == 0:
-            self._command("events", "delete", self.keys.events)
-        else:
-            self._command("events", "xtrim", self.keys.events, maxlen=max_len, approximate=True)
+        self._run("events_cap", str(check_max_len(max_len)))
 
     # ------------------------------------------------------ progress and logs
 

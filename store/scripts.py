@@ -128,7 +128,7 @@ def library() -> tuple[str, str]:
         "  KEYS, ARGV = keys, args\n"
         "  begin_call(keys[1])\n"
         f"  local reply = S[{name!r}]()\n"
-        "  EVENTS.flush()\n"
+        "  EVENTS.flush(true)\n"
         "  return reply\n"
         f"end{', flags={' + repr('allow-oom') + '}' if name in OOM_SAFE else ''}}}\n"
         for name in script_names()

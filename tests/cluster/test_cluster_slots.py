@@ -137,6 +137,9 @@ def test_every_store_script_runs_and_succeeds_on_a_cluster_store(
     store.pause("default")
     store.resume("default")
     assert store.list(queue="default", limit=5).items
+    # the event stream's cap (events_cap)
+    store.set_events_max_len(5_000)
+    assert store.events_max_len() == 5_000
     # the dashboard's read models: oldest runnable, state listings, error groups, presence
     assert store.oldest_runnable("default").record is not None
     assert store.list_by_state(["waiting"], queue="default", limit=5).items

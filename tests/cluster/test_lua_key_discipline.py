@@ -78,7 +78,7 @@ KEY_ARGS: dict[str, int | str] = {
         ZREMRANGEBYSCORE ZREMRANGEBYRANK ZPOPMIN ZPOPMAX
         SADD SREM SISMEMBER SMISMEMBER SMEMBERS SCARD SRANDMEMBER SPOP
         LPUSH RPUSH LPOP RPOP LLEN LRANGE LINDEX LREM LTRIM LSET
-        XADD PUBLISH""".split(),  # noqa: SIM905
+        XADD XTRIM PUBLISH""".split(),  # noqa: SIM905
         1,
     ),
     **dict.fromkeys(["DEL", "UNLINK", "EXISTS", "TOUCH", "MGET", "RENAME"], "all"),

@@ -18,11 +18,17 @@
 -- The cap is the store-wide setting K_LIMIT.evcap (absent: EVENTS.default
 -- entries; 0: no events are written), read by the flush.  The stream is
 -- trimmed approximately (MAXLEN ~): Redis drops whole nodes, so it holds the
--- cap plus at most one node of entries.
+-- cap plus at most one node of entries.  Run as a Function library (which
+-- keeps this table between calls) the flush reads the cap and trims on every
+-- trim_every-th entry of a stream only (see EVENTS.flush).
 -- One table rather than locals: the joined library is near Lua's 200 locals.
 -- (buf: the parts so far, n: their number, head: the index of the last
--- record's count, 0 for none; now/now_s: the last time and its text.)
-local EVENTS = { default = 10000, buf = {}, n = 0, head = 0 }
+-- record's count, 0 for none; now/now_s: the last time and its text;
+-- untrimmed: per stream key, the entries appended since its last trim, and
+-- streams: how many keys it holds.)
+local EVENTS = {
+  default = 10000, buf = {}, n = 0, head = 0, trim_every = 16, untrimmed = {}, streams = 0,
+}
 
 function EVENTS.emit(kind, id, name, queue, attempt, now, data)
   attempt, data = attempt or 0, data or ''
@@ -47,12 +53,49 @@ function EVENTS.reset()
   EVENTS.n, EVENTS.head = 0, 0
 end
 
--- Append the call's events as one entry (nothing when it made none).
-function EVENTS.flush()
+-- Append the call's events as one entry (nothing when it made none).  kept:
+-- this table outlives the call (a Function library), so the cap need not be
+-- read, nor the stream trimmed, on every append: untrimmed[key] counts a
+-- stream's appends since its last trim, and a stream counted there had a cap
+-- above 0 then.  Each trim_every-th append reads the cap again and trims; the
+-- stream may hold trim_every - 1 entries more than the cap.  events_cap (the
+-- only way the store changes the cap) forgets the count on this server; a
+-- server that held the count from before (a cluster slot moved back) stops
+-- within trim_every appends and deletes what it added after a cap of 0.
+function EVENTS.flush(kept)
   local n = EVENTS.n
   if n == 0 then return end
   EVENTS.reset()
+  local key = K_LIMIT.events
+  local since = kept and EVENTS.untrimmed[key]
+  if since and since + 1 < EVENTS.trim_every then
+    EVENTS.untrimmed[key] = since + 1
+    redis.call('XADD', key, '*', 'e', table.concat(EVENTS.buf, '\0', 1, n))
+    return
+  end
   local cap = tonumber(redis.call('GET', K_LIMIT.evcap) or '') or EVENTS.default
-  if cap <= 0 then return end
-  redis.call('XADD', K_LIMIT.events, 'MAXLEN', '~', cap, '*', 'e', table.concat(EVENTS.buf, '\0', 1, n))
+  if cap <= 0 then
+    if since then
+      EVENTS.forget(key)
+      redis.call('DEL', key)
+    end
+    return
+  end
+  if kept then
+    if not since then
+      -- A server that saw many short-lived stores (as tests make) starts over.
+      EVENTS.streams = EVENTS.streams + 1
+      if EVENTS.streams > 1024 then EVENTS.untrimmed, EVENTS.streams = {}, 1 end
+    end
+    EVENTS.untrimmed[key] = 0
+  end
+  redis.call('XADD', key, 'MAXLEN', '~', cap, '*', 'e', table.concat(EVENTS.buf, '\0', 1, n))
+end
+
+-- The cap of the stream at key changed: the next append reads it.
+function EVENTS.forget(key)
+  if EVENTS.untrimmed[key] then
+    EVENTS.untrimmed[key] = nil
+    EVENTS.streams = EVENTS.streams - 1
+  end
 end
