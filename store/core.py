@@ -298,9 +298,7 @@ class StoreCore(EventSteps):
                 j = i
                 while j < len(requests) and encoded[j] is not None:
                     j += 1
-                yield from self._insert_plain_steps(
-                    requests, encoded, range(i, j), results, woken, now
-                )
+                yield from self._insert_plain_steps(requests, encoded, range(i, j), results, woken)
                 i = j
         except Exception:
             # The items inserted before the failure are runnable: wake their queues too.
@@ -318,8 +316,11 @@ class StoreCore(EventSteps):
         positions: range,
         results: builtins.list[EnqueueResult | None],
         woken: set[str],
-        now: int,
     ) -> Steps[None]:
+        """Insert runs of plain items, BATCH per script call, each call at the store's time
+        when it is sent: the jobs of a long call take the times they went in at, and the
+        next call's rows sort after the last one's (an append to the chunked sets, not a
+        merge into them; docs/data-layout.md)."""
         pending = builtins.list(positions)
         for _ in range(ID_DRAWS):
             if not pending:
@@ -334,7 +335,7 @@ class StoreCore(EventSteps):
                     if item[0] == "generated":
                         item[1] = self._draw_id(requests[pos])
                     args.extend(item)
-                reply = yield run("enqueue_many", now, self._idx, len(chunk), *args)
+                reply = yield run("enqueue_many", self.now(), self._idx, len(chunk), *args)
                 if len(reply) != len(chunk):
                     raise JobStoreError(f"enqueue_many: unexpected reply length {len(reply)}")
                 # One entry per item: the new id, NUL + the existing id, or '' (collision).

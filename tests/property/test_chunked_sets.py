@@ -11,11 +11,13 @@ the cursors, must return the model's order ((enqueued_at, id), ids as bytes).
 
 from __future__ import annotations
 
+import random
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -129,8 +131,8 @@ def test_bulk_inserts_that_interleave_the_tail_merge_it_or_go_in_one_by_one(
 ) -> None:
     """Two bulk inserts in one millisecond whose ids interleave: the second merges the
     chunks it falls into (at most 8, lib/chunks.lua CZ_TAIL) or, behind a longer tail,
-    adds the members one by one.  Either way every invariant holds and the order is the
-    model's."""
+    adds the members chunk by chunk (cz_add_spread).  Either way every invariant holds and
+    the order is the model's."""
     with fresh_store(redis_client) as (store, _clock):
         model: dict[str, tuple[int, str, str]] = {}
 
@@ -145,7 +147,49 @@ def test_bulk_inserts_that_interleave_the_tail_merge_it_or_go_in_one_by_one(
         # Rewritten full: no chunk was split in two on the way.
         assert redis_client.zcard(store.keys.all) == -(-len(model) // CHUNK_CAPACITY)
         bulk([f"z{n:05d}" for n in range(0, 2400, 2)])  # 19 more chunks, same score
-        bulk([f"z{n:05d}" for n in range(1, 100, 2)])  # a tail of 19 chunks: one by one
+        bulk([f"z{n:05d}" for n in range(1, 100, 2)])  # a tail of 19 chunks: spread
         expected = sorted(model, key=lambda i: (model[i][0], i.encode()))
         assert walk(store, "asc", 500) == expected
         assert walk(store, "desc", 77, name="a") == expected[::-1]
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_batches_at_one_enqueue_time_spread_into_the_chunks(redis_client: Any, seed: int) -> None:
+    """Batches that share one enqueue time with many earlier ones (a clock that does not
+    move; store-assigned ids across a power of ten; random ids): each batch falls into
+    chunks all over the set, far past the tail a merge rewrites, and goes in group by
+    group: chunks that overflow are rewritten as even ones (lib/chunks.lua
+    cz_add_group), and reading the directory ahead or searching it finds the next."""
+    rnd = random.Random(seed)
+    with fresh_store(redis_client) as (store, clock):
+        model: dict[str, tuple[int, str, str]] = {}
+        serial = 0
+        for batch in range(14):
+            if batch == 9:
+                clock.advance(1)  # a later time: an append, then interleaving again
+            requests = []
+            for _ in range(rnd.choice((1, 40, 300, 500))):
+                serial += 1
+                shape = rnd.randrange(3)
+                job_id = (
+                    uuid.UUID(int=rnd.getrandbits(128)).hex
+                    if shape == 0
+                    else f"j-{serial}"
+                    if shape == 1
+                    else f"o-{rnd.randrange(10 ** rnd.randrange(1, 7))}-{serial}"
+                )
+                name, queue = rnd.choice(NAMES), rnd.choice(QUEUES)
+                requests.append(EnqueueRequest(id=job_id, name=name, queue=queue))
+                model[job_id] = (clock.now_ms(), name, queue)
+            if len(requests) == 1:
+                store.enqueue(requests[0])  # a single insert: the head, folded later
+            else:
+                store.enqueue_many(requests)
+            check(store, redis_client, model)
+        # Spread far past the tail: many chunks, none over the cap (check's invariants).
+        assert redis_client.zcard(store.keys.all) > 3 * 8
+        expected = sorted(model, key=lambda i: (model[i][0], i.encode()))
+        assert walk(store, "asc", 500) == expected
+        assert walk(store, "desc", 61, queue="q1") == [
+            i for i in expected[::-1] if model[i][2] == "q1"
+        ]

@@ -280,6 +280,138 @@ local function cz_merge_tail(dir, sorted)
   return added
 end
 
+-- Add sorted[from..to] ({id, score, ...} ascending, all new to the set and at
+-- or above the lower bound of the chunk named by directory member m, below the
+-- next chunk's) to that chunk: one ZADD when they fit, else the chunk and they
+-- are merged (in Lua, both sorted) and written again as chunks of at most
+-- CZ_CAP, as even as they divide.  A member the chunk holds already (an index
+-- heal) sends the group through cz_add.  Returns the members added (not
+-- counted) and the chunks the one became (nil after cz_add: unknown).
+local function cz_add_group(dir, m, sorted, from, to)
+  local _, n = cz_parse(m)
+  local ck = cz_chunk(dir, n)
+  local card = redis.call('ZCARD', ck)
+  if card + (to - from + 1) / 2 <= CZ_CAP then
+    return cz_zadd_desc(ck, sorted, from, to), 1
+  end
+  local old = redis.call('ZRANGE', ck, 0, -1, 'WITHSCORES')
+  local have = {}
+  for a = 1, #old, 2 do have[old[a]] = true end
+  for b = from, to, 2 do
+    if have[sorted[b]] then
+      local added = 0
+      for c = from, to, 2 do added = added + cz_add(dir, sorted[c + 1], sorted[c]) end
+      cz_count(dir, -added) -- cz_add counted them; the caller counts again
+      return added, nil
+    end
+  end
+  local all, a, b = {}, 1, from
+  while a <= #old or b <= to do
+    if b > to or (a <= #old and cz_before(tonumber(old[a + 1]), old[a], tonumber(sorted[b + 1]), sorted[b])) then
+      all[#all + 1], all[#all + 2] = old[a], old[a + 1]
+      a = a + 2
+    else
+      all[#all + 1], all[#all + 2] = sorted[b], sorted[b + 1]
+      b = b + 2
+    end
+  end
+  local total = #all / 2
+  local pieces = math.ceil(total / CZ_CAP)
+  local size = math.ceil(total / pieces)
+  redis.call('DEL', ck)
+  for p = 0, pieces - 1 do
+    local first, last = 2 * p * size + 1, math.min(2 * (p + 1) * size, #all)
+    if p > 0 then ck = cz_open(dir, all[first + 1], all[first]) end
+    cz_zadd_desc(ck, all, first, last)
+  end
+  return total - card, pieces
+end
+
+-- Directory entries a spread insert reads ahead, and pages it walks before
+-- it searches instead.
+local CZ_PAGE, CZ_WALK = 32, 2
+
+-- Add sorted[i..j] ({id, score, ...} ascending, new to the set, every one
+-- before its last member): the members that fall in one chunk go in together
+-- (cz_add_group), the chunks found by reading the directory ahead from the
+-- last one (a page of CZ_PAGE entries, parsed once, at most CZ_WALK pages) or
+-- by a binary search.  O(chunks touched) calls instead of a search per
+-- member, when a batch interleaves with many chunks (ids that share an
+-- enqueue time with earlier ones: random ids, store-assigned ids across a
+-- power of ten).  Returns the members added (counted).
+local function cz_add_spread(dir, sorted, i, j)
+  -- pg: the page {members, bound ids, bound scores, n, base rank, at}, at the
+  -- entry the last member fell in (members come in ascending order).
+  local added, grouped, k, pg, walked = 0, 0, i, nil, 0
+  local function read(base)
+    local flat = redis.call('ZRANGE', dir, base, base + CZ_PAGE - 1, 'WITHSCORES')
+    if #flat == 0 then return nil end
+    local ms, ids, ss = {}, {}, {}
+    for p = 1, #flat, 2 do
+      local e = (p + 1) / 2
+      ms[e], ids[e], ss[e] = flat[p], (cz_parse(flat[p])), tonumber(flat[p + 1])
+    end
+    return { ms = ms, ids = ids, ss = ss, n = #flat / 2, base = base, at = 1 }
+  end
+  while k <= j do
+    local s, id = sorted[k + 1], sorted[k]
+    local sn = tonumber(s)
+    local e, last = nil, false
+    while pg do
+      local at = pg.at
+      if cz_before(sn, id, pg.ss[at], pg.ids[at]) then
+        pg = nil -- before the page (not after a group): search
+      else
+        while at < pg.n and not cz_before(sn, id, pg.ss[at + 1], pg.ids[at + 1]) do at = at + 1 end
+        pg.at = at
+        if at < pg.n then
+          e = at
+        elseif pg.n < CZ_PAGE then
+          e, last = at, true -- the directory's last entry
+        elseif walked < CZ_WALK then
+          walked, pg = walked + 1, read(pg.base + at - 1)
+        else
+          pg = nil
+        end
+      end
+      if e then break end
+    end
+    if not e then
+      local m, r = cz_locate(dir, sn, s, id)
+      if m then
+        pg, walked = read(r or (redis.call('ZCARD', dir) - 1)), 0
+        e, last = 1, pg.n == 1
+      end
+    end
+    if not e then
+      -- Before the first bound: the first chunk takes it, its bound moves down.
+      added = added + cz_add(dir, s, id) -- (counted by cz_add)
+      k, pg = k + 2, nil
+    else
+      local to = k
+      if last then
+        to = j + 1
+      else
+        local ns, nid = pg.ss[e + 1], pg.ids[e + 1]
+        while to + 2 <= j and cz_before(tonumber(sorted[to + 3]), sorted[to + 2], ns, nid) do
+          to = to + 2
+        end
+        to = to + 1
+      end
+      local got, pieces = cz_add_group(dir, pg.ms[e], sorted, k, to)
+      added, grouped, k = added + got, grouped + got, to + 1
+      if not pieces then
+        pg = nil
+      elseif pieces > 1 then
+        -- The new chunks follow this one: read on from the first after them.
+        pg, walked = read(pg.base + e - 1 + pieces), 0
+      end
+    end
+  end
+  cz_count(dir, grouped) -- (cz_add counted its own)
+  return added
+end
+
 -- Add members given as {id, score, ...} in the set's order: when they all come
 -- after the set's last member (nearly every bulk insert) they fill the last
 -- chunk and new ones, CZ_CAP members a ZADD; when they interleave with its
@@ -301,10 +433,12 @@ local function cz_add_sorted(dir, sorted)
     if not cz_before(ts, tid, tonumber(sorted[2]), sorted[1]) then
       local merged = cz_merge_tail(dir, sorted)
       if merged then return merged end
-      while i <= #sorted and not cz_before(ts, tid, tonumber(sorted[i + 1]), sorted[i]) do
-        added = added + cz_add(dir, sorted[i + 1], sorted[i])
-        i = i + 2
+      local j = i
+      while j + 2 <= #sorted and not cz_before(ts, tid, tonumber(sorted[j + 3]), sorted[j + 2]) do
+        j = j + 2
       end
+      added = cz_add_spread(dir, sorted, i, j)
+      i = j + 2
       if i > #sorted then return added end
       -- A split may have moved the last member to a new chunk.
       local _, n2 = cz_parse(redis.call('ZRANGE', dir, -1, -1)[1])
