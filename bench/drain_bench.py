@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import signal
 import subprocess
 import sys
@@ -64,10 +63,7 @@ from bench.limits_bench import (  # noqa: E402
 from bench.throughput import (  # noqa: E402
     CPU_PIN_MODES,
     CpuPlan,
-    PrivateRedis,
-    _cpu_model,
-    find_redis_server,
-    make_cpu_plan,
+    private_bench,
 )
 from store import RedisJobStore, connect  # noqa: E402
 
@@ -302,62 +298,48 @@ def parse_cli(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_cli(argv)
     quiet_logging()
-    binary = args.redis_server or find_redis_server()
-    if binary is None:
-        sys.exit("drain_bench: no redis-server binary found (--redis-server BIN)")
-    cpu = make_cpu_plan(args.cpu_pin)
-    load = os.getloadavg()
     prefetch_runs: dict[str, list[DrainRun]] = {}
     process_runs: dict[int, list[ProcessesRun]] = {}
     token = uuid.uuid4().hex[:8]
-    server = PrivateRedis(binary, cpu)
-    server.start()
-    try:
-        control = redis.Redis.from_url(server.url)
-        version = control.info("server")["redis_version"]
-        for r in range(args.runs):
-            if "prefetch" in args.parts:
-                for variant in rotated(args.variants, r):
-                    control.flushall()
-                    settings = argparse.Namespace(
-                        n=args.n, procs=1, worker_concurrency=args.concurrency, prefetch=variant
-                    )
-                    got = drain_run(server.url, f"dp{token}{r}", None, settings, cpu)
-                    prefetch_runs.setdefault(variant, []).append(got)
-                    print(
-                        f"run {r + 1} prefetch {variant}: {got.rate:,.0f} jobs/s, "
-                        f"{got.redis_us / got.n:.1f} Redis µs/job, "
-                        f"{got.server_cpu_s * 1e6 / got.n:.1f} server CPU µs/job",
-                        file=sys.stderr,
-                    )
-            if "processes" in args.parts:
-                for processes in map(int, rotated(["1", "2"], r)):
-                    control.flushall()
-                    run = runworker_drain(server.url, f"dw{token}{r}", processes, args, cpu)
-                    process_runs.setdefault(processes, []).append(run)
-                    print(
-                        f"run {r + 1} runworker --processes {processes}: "
-                        f"{run.drain.rate:,.0f} jobs/s, server CPU "
-                        f"{run.drain.server_cpu_s / run.drain.seconds:.0%}, workers' CPU "
-                        f"{run.client_cpu_s / run.drain.seconds:.0%}",
-                        file=sys.stderr,
-                    )
-        control.close()
-    except KeyboardInterrupt:
-        print("drain_bench: interrupted", file=sys.stderr)
-        return 130
-    finally:
-        server.stop()
-    end_load = os.getloadavg()
+    with private_bench("drain_bench", args.redis_server, args.cpu_pin) as bench:
+        cpu, url = bench.cpu, bench.server.url
+        try:
+            for r in range(args.runs):
+                if "prefetch" in args.parts:
+                    for variant in rotated(args.variants, r):
+                        bench.control.flushall()
+                        settings = argparse.Namespace(
+                            n=args.n, procs=1, worker_concurrency=args.concurrency, prefetch=variant
+                        )
+                        got = drain_run(url, f"dp{token}{r}", None, settings, cpu)
+                        prefetch_runs.setdefault(variant, []).append(got)
+                        print(
+                            f"run {r + 1} prefetch {variant}: {got.rate:,.0f} jobs/s, "
+                            f"{got.redis_us / got.n:.1f} Redis µs/job, "
+                            f"{got.server_cpu_s * 1e6 / got.n:.1f} server CPU µs/job",
+                            file=sys.stderr,
+                        )
+                if "processes" in args.parts:
+                    for processes in map(int, rotated(["1", "2"], r)):
+                        bench.control.flushall()
+                        run = runworker_drain(url, f"dw{token}{r}", processes, args, cpu)
+                        process_runs.setdefault(processes, []).append(run)
+                        print(
+                            f"run {r + 1} runworker --processes {processes}: "
+                            f"{run.drain.rate:,.0f} jobs/s, server CPU "
+                            f"{run.drain.server_cpu_s / run.drain.seconds:.0%}, workers' CPU "
+                            f"{run.client_cpu_s / run.drain.seconds:.0%}",
+                            file=sys.stderr,
+                        )
+        except KeyboardInterrupt:
+            print("drain_bench: interrupted", file=sys.stderr)
+            return 130
+        machine = bench.lines()
     lines = [
         f"## Drain: prefetch defaults and worker processes (`bench/drain_bench.py`, tree "
         f"{tree_commit(ROOT)})",
         "",
-        f"- redis-server {version} (`{binary}`), private, no persistence; {cpu.describe()}",
-        f"- {os.cpu_count()} CPUs ({_cpu_model()}); load average (1, 5, 15 min) "
-        f"{', '.join(f'{x:.2f}' for x in load)} at the start, "
-        f"{', '.join(f'{x:.2f}' for x in end_load)} at the end; Python "
-        f"{platform.python_version()}",
+        *machine,
         f"- N = {args.n:,} per drain, {args.runs} runs (medians), the variants' order rotated "
         "from run to run",
         "",

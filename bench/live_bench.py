@@ -48,7 +48,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import os
-import platform
 import subprocess
 import sys
 import threading
@@ -92,8 +91,8 @@ from bench.throughput import (  # noqa: E402
     CPU_PIN_MODES,
     CpuPlan,
     PrivateRedis,
-    _cpu_model,
     find_redis_server,
+    machine_lines,
     make_cpu_plan,
 )
 from store import (  # noqa: E402
@@ -545,7 +544,9 @@ def render_lag(lag: LagRuns, args: argparse.Namespace) -> list[str]:
 
 def _cost_rows(label: str, runs: dict[str, list[CostRun]]) -> tuple[list[str], bool]:
     on, off = runs[EVENTS_ON], runs[EVENTS_OFF]
-    ratio = med([r.rate for r in on]) / med([r.rate for r in off])
+    # Paired: run i measured both variants back to back, so a machine that speeds up or
+    # slows down over the runs (caches warming, other work) moves both of a pair alike.
+    ratio = med([a.rate / b.rate for a, b in zip(on, off, strict=True)])
     rows = []
     for variant, rs in ((EVENTS_OFF, off), (EVENTS_ON, on)):
         is_on = variant == EVENTS_ON
@@ -571,7 +572,8 @@ def render_cost(results: Results, args: argparse.Namespace) -> tuple[list[str], 
     out = [
         "### What the stream costs: the same work with the stream and without, same run",
         "",
-        "jobs/s median [min–max] of the runs; *÷ off*: the medians' ratio (target ≥ "
+        "jobs/s median [min–max] of the runs; *÷ off*: the median of the runs' ratios (each "
+        "run measures both variants back to back, so drift from run to run cancels; target ≥ "
         f"{COST_TARGET:.2f}×). Redis µs per job from `INFO commandstats` over the timed "
         "section, medians: the store scripts' (FCALL/EVALSHA; the commands inside included), "
         "the XADDs' inside them, and all commands per job.",
@@ -779,11 +781,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"## The event stream: await lag, cost, memory (`bench/live_bench.py`, tree "
         f"{tree_commit(ROOT)})",
         "",
-        f"- redis-server {version} (`{binary}`), private, no persistence; {cpu.describe()}",
-        f"- {os.cpu_count()} CPUs ({_cpu_model()}); load average (1/5/15 min) "
-        f"{'/'.join(f'{v:.2f}' for v in load_start)} at the start, "
-        f"{'/'.join(f'{v:.2f}' for v in load_end)} at the end (other work on the machine); "
-        f"Python {platform.python_version()}; {time.monotonic() - started:.0f} s in all",
+        *machine_lines(
+            binary,
+            version,
+            cpu,
+            load_start,
+            load_end,
+            f"; {time.monotonic() - started:.0f} s in all",
+        ),
         f"- enqueue and drain: {args.runs} runs (medians), the two stream variants' order "
         "rotated from run to run, a FLUSHALL and a fresh prefix before each",
         "",

@@ -1127,6 +1127,68 @@ def _loadavg() -> str:
         return "?"
 
 
+@dataclass
+class PrivateBench:
+    """A benchmark's private redis-server (:func:`private_bench`)."""
+
+    binary: str
+    cpu: CpuPlan
+    server: PrivateRedis
+    control: redis.Redis
+    version: str
+    load_start: tuple[float, ...]
+
+    def lines(self, extra: str = "") -> list[str]:
+        """:func:`machine_lines` up to now."""
+        return machine_lines(
+            self.binary, self.version, self.cpu, self.load_start, os.getloadavg(), extra
+        )
+
+
+@contextlib.contextmanager
+def private_bench(
+    tool: str, binary: str | None, pin_mode: str, pin_self: bool = False
+) -> Iterator[PrivateBench]:
+    """Start a private redis-server (``binary``, else :func:`find_redis_server`) under the CPU
+    plan ``pin_mode`` (this process pinned with the clients when ``pin_self``); stop it at
+    the end."""
+    binary = binary or find_redis_server()
+    if binary is None:
+        sys.exit(f"{tool}: no redis-server binary found (--redis-server BIN)")
+    cpu = make_cpu_plan(pin_mode)
+    pin = cpu.client_preexec()
+    if pin_self and pin is not None:
+        pin()
+    load_start = os.getloadavg()
+    server = PrivateRedis(binary, cpu)
+    server.start()
+    control = redis.Redis.from_url(server.url)
+    try:
+        version = str(control.info("server")["redis_version"])
+        yield PrivateBench(binary, cpu, server, control, version, load_start)
+    finally:
+        control.close()
+        server.stop()
+
+
+def machine_lines(
+    binary: str,
+    version: str,
+    cpu: CpuPlan,
+    load_start: tuple[float, ...],
+    load_end: tuple[float, ...],
+    extra: str = "",
+) -> list[str]:
+    """A report's lines on where it ran: the private server, the CPUs and their load."""
+    return [
+        f"- redis-server {version} (`{binary}`), private, no persistence; {cpu.describe()}",
+        f"- {os.cpu_count()} CPUs ({_cpu_model()}); load average (1/5/15 min) "
+        f"{'/'.join(f'{v:.2f}' for v in load_start)} at the start, "
+        f"{'/'.join(f'{v:.2f}' for v in load_end)} at the end (other work on the machine); "
+        f"Python {platform.python_version()}{extra}",
+    ]
+
+
 def _cpu_model() -> str:
     with contextlib.suppress(OSError):
         for line in Path("/proc/cpuinfo").read_text().splitlines():
