@@ -94,13 +94,17 @@ def store(make_store: Callable[..., RedisJobStore]) -> RedisJobStore:
 
 
 class InFlight:
-    """The live server's requests inside Django's handler, counted.
+    """The live server's requests inside Django's handler: one at a time, and counted.
 
-    A test's database flush must not run while the server still handles a request the
-    browser sent just before its tab closed: with SQLite in memory both share one
-    connection, and ``DELETE FROM`` a table another statement is reading fails ("database
-    table is locked").  A streaming response counts only until its view returns (its body
-    reads Redis, not the database)."""
+    With SQLite in memory, the live server's request threads and the test share ONE
+    database connection (Django passes the test's to the server), and two threads using a
+    connection at once can get each other's rows (Python's sqlite3 shares prepared
+    statements per connection: a session read then fails with an IndexError deep in the
+    ORM).  So requests go through Django's handler one at a time; a streaming response
+    holds the turn only until its view returns (its body reads Redis, not the database).
+    And a test's database flush must not run while the server still handles a request the
+    browser sent just before its tab closed (``DELETE FROM`` a table another statement is
+    reading fails: "database table is locked"): the count tells when none is left."""
 
     def __init__(self, app: Callable[..., Any]) -> None:
         import threading
@@ -108,12 +112,14 @@ class InFlight:
         self.app = app
         self.count = 0
         self._lock = threading.Lock()
+        self._turn = threading.Lock()
 
     def __call__(self, environ: Any, start_response: Any) -> Any:
         with self._lock:
             self.count += 1
         try:
-            return self.app(environ, start_response)
+            with self._turn:
+                return self.app(environ, start_response)
         finally:
             with self._lock:
                 self.count -= 1
