@@ -30,6 +30,24 @@
   // A form of a polling region whose disclosure is open, or with a field that has focus
   // or a changed value, is being filled in (the overview's "Set limits" form): a refresh
   // would replace it, typing and all.
+  // Whether a select's choice differs from the one it loaded with.  A single select whose
+  // options carry no `selected` attribute starts on its first enabled option: that one
+  // counts as its default, not as a change.
+  function selectChanged(field) {
+    var options = field.options;
+    var marked = false;
+    var first = -1;
+    for (var i = 0; i < options.length; i += 1) {
+      if (options[i].defaultSelected) { marked = true; }
+      if (first < 0 && !options[i].disabled) { first = i; }
+    }
+    for (var j = 0; j < options.length; j += 1) {
+      var initial = marked || field.multiple ? options[j].defaultSelected : j === first;
+      if (options[j].selected !== initial) { return true; }
+    }
+    return false;
+  }
+
   function beingEdited(region) {
     if (region.querySelector("details.verb-form[open]")) { return true; }
     var fields = region.querySelectorAll("form input:not([type=hidden]), form select, form textarea");
@@ -37,9 +55,7 @@
       var field = fields[i];
       if (field === document.activeElement) { return true; }
       if (field.tagName.toLowerCase() === "select") {
-        for (var j = 0; j < field.options.length; j += 1) {
-          if (field.options[j].selected !== field.options[j].defaultSelected) { return true; }
-        }
+        if (selectChanged(field)) { return true; }
       } else if (field.type === "checkbox" || field.type === "radio") {
         if (field.checked !== field.defaultChecked) { return true; }
       } else if (field.value !== field.defaultValue) {

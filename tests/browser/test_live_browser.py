@@ -135,6 +135,46 @@ def test_the_overview_counts_change_without_a_reload_or_a_poll(
     assert console.errors == []
 
 
+#: The explorer's result rows number the given count.
+ROWS_ARE = "n => document.querySelectorAll('#results tbody tr').length === n"
+
+
+def test_the_explorer_follows_changes_while_its_live_box_is_ticked(
+    page: Any, live_server: Any, main: RedisJobStore, console: ConsoleLog
+) -> None:
+    for n in range(3):
+        main.enqueue(EnqueueRequest(id=f"e-{n}", name="Mail", queue="mail"))
+    base = live_server.url
+    log_in(page, base, "/jobs/?store=main&queue=mail")
+    wait_live(page)
+    assert page.locator("#results tbody tr").count() == 3
+    requests = polls(page)
+
+    # Unticked, the stream's events leave the results alone (a reader keeps their place).
+    main.enqueue(EnqueueRequest(id="e-3", name="Mail", queue="mail"))
+    page.wait_for_timeout(1_500)
+    assert page.locator("#results tbody tr").count() == 3
+    assert requests == []
+
+    page.locator("#live-refresh").check()
+    for n in range(4, 7):
+        main.enqueue(EnqueueRequest(id=f"e-{n}", name="Mail", queue="mail"))
+    page.wait_for_function(ROWS_ARE, arg=7, timeout=5_000)
+    # One burst, one refresh or two (the stream coalesces events).
+    assert 1 <= len(requests) <= 2
+    # A state change shows in its row.
+    claimed = main.claim("mail", ["Mail"], "w:1", 30_000).job
+    assert claimed is not None
+    row = page.locator("#results tbody tr", has=page.locator(f'a[title="{claimed.id}"]'))
+    row.locator(".badge", has_text="active").wait_for(timeout=5_000)
+    # And no timed poll while the stream is live: twice the 5 s period, nothing.
+    settled = len(requests)
+    page.wait_for_timeout(6_000)
+    assert len(requests) == settled
+    shot(page, "live-04-explorer")
+    assert console.errors == []
+
+
 def test_over_the_connection_limit_the_page_polls_instead(
     page: Any, live_server: Any, main: RedisJobStore, settings: Any, console: ConsoleLog
 ) -> None:
