@@ -282,14 +282,32 @@ end
 
 -- Add sorted[from..to] ({id, score, ...} ascending, all new to the set and at
 -- or above the lower bound of the chunk named by directory member m, below the
--- next chunk's) to that chunk: one ZADD when they fit, else the chunk and they
--- are merged (in Lua, both sorted) and written again as chunks of at most
--- CZ_CAP, as even as they divide.  A member the chunk holds already (an index
--- heal) sends the group through cz_add.  Returns the members added (not
+-- next chunk's) to that chunk: one ZADD when they fit; else up to CZ_CAP / 2 of
+-- them are added and the chunk split by rank, and more are merged with the
+-- chunk (in Lua, both sorted) and written again; either way as chunks of at
+-- most CZ_CAP, as even as they divide.  A member the chunk holds already (an
+-- index heal) sends a large group through cz_add.  Returns the members added (not
 -- counted) and the chunks the one became (nil after cz_add: unknown).
 local function cz_add_group(dir, m, sorted, from, to)
   local _, n = cz_parse(m)
   local ck = cz_chunk(dir, n)
+  if (to - from + 1) / 2 <= CZ_CAP / 2 then
+    -- A few: added as they are (the chunk, at most CZ_CAP, stays under the
+    -- listpack limit of 2 * CZ_CAP on the way), then, past CZ_CAP, its upper
+    -- members move to new chunks, taken from the top by rank (Redis orders
+    -- them; nothing is compared here).
+    local added = cz_zadd_desc(ck, sorted, from, to)
+    local card = redis.call('ZCARD', ck)
+    if card <= CZ_CAP then return added, 1 end
+    local pieces = math.ceil(card / CZ_CAP)
+    local size = math.ceil(card / pieces)
+    for p = pieces - 1, 1, -1 do
+      local upper = redis.call('ZRANGE', ck, p * size, -1, 'WITHSCORES')
+      redis.call('ZREMRANGEBYRANK', ck, p * size, -1)
+      cz_zadd_desc(cz_open(dir, upper[2], upper[1]), upper, 1, #upper)
+    end
+    return added, pieces
+  end
   local card = redis.call('ZCARD', ck)
   if card + (to - from + 1) / 2 <= CZ_CAP then
     return cz_zadd_desc(ck, sorted, from, to), 1
