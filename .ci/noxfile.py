@@ -111,10 +111,12 @@ def matrix(session: nox.Session, django: str) -> None:
     }
     chosen = session.posargs or ["tasks", "host", "wheel"]
     session.chdir(ROOT)
+    # Two workers (pytest-xdist, in the test extra): the matrix is the longest part of a CI
+    # run, and each suite spends most of its time waiting on Redis and the servers.
     if "tasks" in chosen:
-        results.run("tasks", *PYTEST, "tests/tasks")
+        results.run("tasks", *PYTEST, "-n", "2", "tests/tasks")
     if "host" in chosen:
-        results.run("host", *PYTEST, "tests/host", "--ds=tests.hostproject.settings")
+        results.run("host", *PYTEST, "-n", "2", "tests/host", "--ds=tests.hostproject.settings")
     if "wheel" in chosen:
         venv_bin = Path(session.bin)
         results.run(
