@@ -162,13 +162,24 @@ def test_no_page_scrolls_sideways_on_a_390px_phone(
 
 
 def swapped(page: Any, selector: str, action: Any) -> None:
-    """Run ``action`` and wait until ``selector`` was replaced by an htmx swap."""
-    page.evaluate(f"document.querySelector({selector!r}).setAttribute('data-old', '1')")
-    action()
-    page.wait_for_function(
-        f"() => {{ const e = document.querySelector({selector!r}); return e && !e.hasAttribute('data-old'); }}"
+    """Run ``action`` and wait until ``selector`` was replaced by an htmx swap and settled
+    (app.js puts focus back on htmx:afterSettle; its listener, added first, runs first)."""
+    page.evaluate(
+        """sel => {
+          document.querySelector(sel).setAttribute('data-old', '1');
+          window.__mqSettled = false;
+          document.addEventListener('htmx:afterSettle', function settled() {
+            const e = document.querySelector(sel);
+            if (e && !e.hasAttribute('data-old')) {
+              window.__mqSettled = true;
+              document.removeEventListener('htmx:afterSettle', settled);
+            }
+          });
+        }""",
+        selector,
     )
-    page.wait_for_timeout(50)  # afterSettle runs just after the swap
+    action()
+    page.wait_for_function("() => window.__mqSettled === true")
 
 
 def test_the_keyboard_keeps_its_place(
