@@ -87,6 +87,12 @@ def read_commandstats(client: Any) -> dict[str, tuple[int, int]]:
     return stats
 
 
+def server_cpu_s(client: Any) -> float:
+    """The server's CPU seconds so far (user + system, all its threads)."""
+    info = client.info("cpu")
+    return float(info["used_cpu_sys"]) + float(info["used_cpu_user"])
+
+
 @dataclass
 class CommandStats:
     """Redis-side work of the timed section, from `INFO commandstats`.
@@ -94,13 +100,21 @@ class CommandStats:
     Commands run inside Lua scripts are counted (as is the EVALSHA itself); MULTI/EXEC count.
     The probe's own commands are taken out: CONFIG RESETSTAT (reset mode) or the first INFO
     (diff mode; the closing INFO is not yet counted when it answers).
+
+    So ``redis_us_per_job`` counts a script's commands twice: once in the script's own time
+    (EVALSHA / FCALL last as long as everything they run) and once on their own.  The server's
+    CPU over the section (``used_cpu_sys + used_cpu_user`` of INFO cpu, ``server_cpu_us_per_job``)
+    has no such overlap and also carries what commandstats leaves out (reading requests,
+    writing replies); on a shared server it also carries everyone else's work.
     """
 
     redis_url: str
     how: str
     _client: Any = None
     _before: dict[str, tuple[int, int]] = field(default_factory=dict)
+    _cpu_before: float = 0.0
     result: dict[str, tuple[int, int]] = field(default_factory=dict)
+    cpu_s: float | None = None
 
     def start(self) -> None:
         if self.how == "off":
@@ -112,11 +126,13 @@ class CommandStats:
             self._client.config_resetstat()
         else:
             self._before = read_commandstats(self._client)
+        self._cpu_before = server_cpu_s(self._client)
 
     def stop(self) -> None:
         if self.how == "off" or self._client is None:
             return
         after = read_commandstats(self._client)
+        self.cpu_s = server_cpu_s(self._client) - self._cpu_before
         self._client.close()
         result: dict[str, tuple[int, int]] = {}
         for name, (calls, usec) in after.items():
@@ -131,13 +147,19 @@ class CommandStats:
 
     def summary(self, n: int) -> dict[str, Any]:
         if self.how == "off" or not self.result:
-            return {"cmds_per_job": None, "redis_us_per_job": None, "top_cmds": {}}
+            return {
+                "cmds_per_job": None,
+                "redis_us_per_job": None,
+                "server_cpu_us_per_job": None,
+                "top_cmds": {},
+            }
         calls = sum(c for c, _ in self.result.values())
         usec = sum(u for _, u in self.result.values())
         top = sorted(self.result.items(), key=lambda kv: (-kv[1][0], kv[0]))[:8]
         return {
             "cmds_per_job": calls / n,
             "redis_us_per_job": usec / n,
+            "server_cpu_us_per_job": None if self.cpu_s is None else self.cpu_s * 1e6 / n,
             # Commands issued less than once per 200 jobs (connection set-up, script loads) are
             # noise in a per-job view; the totals above still include them.
             "top_cmds": {name: round(c / n, 2) for name, (c, _) in top if c / n >= 0.005},

@@ -1,6 +1,6 @@
-"""Redis time per enqueued job: A/B of source trees on one private redis-server.
+"""Redis time per enqueued or drained job: A/B of source trees on one private redis-server.
 
-    .venv/bin/python bench/enqueue_cost.py [--bulk] [--n 20000] [--rounds 5] [--tree PATH ...]
+    .venv/bin/python bench/enqueue_cost.py [--bulk | --drain] [--n 20000] [--rounds 5] [--tree PATH ...]
 
 Each ``--tree`` is a checkout of this project (default: this one); to compare with an older
 commit, ``git worktree add /tmp/old <commit>`` and pass ``--tree /tmp/old --tree .``.  Every
@@ -12,6 +12,14 @@ time from ``INFO commandstats`` (``FCALL``, or ``EVALSHA`` on a server without F
 and the client's jobs/s, and prints the median of the rounds per tree, as Redis µs per job.
 The server time is what the chunked sets' write path costs; the client rate also carries
 the round trip and Python.
+
+``--drain``: ``--n`` jobs are put in with ``enqueue_many`` (not measured), then drained by one
+client the way a prefetching worker does it: ``ack_and_claim_many`` calls that ack the batch
+held and claim the next ``--batch`` (default 64, what ``prefetch="auto"`` grows to on short
+jobs), every outcome ``Complete``.  Per drained job: the scripts' Redis time, the Redis
+commands they ran (INFO commandstats, the scripts' own calls not counted) and the server's
+CPU (``used_cpu_sys + used_cpu_user`` over the drain).  No handler runs: this is the store's
+share of a drain, the part every worker process shares.
 """
 
 from __future__ import annotations
@@ -38,7 +46,7 @@ import redis
 import store
 from store import EnqueueRequest, RedisJobStore
 url, prefix, n, warmup = sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
-batch = int(sys.argv[6])
+batch, drain = int(sys.argv[6]), sys.argv[7] == "drain"
 job_store = RedisJobStore(store.connect(url), prefix=prefix)
 raw = redis.Redis.from_url(url)
 
@@ -54,22 +62,55 @@ def enqueue(count):
     for start in range(0, count, batch):
         job_store.enqueue_many([request(i) for i in range(start, min(start + batch, count))])
 
-enqueue(warmup)
-raw.config_resetstat()
-started = time.perf_counter()
-enqueue(n)
-elapsed = time.perf_counter() - started
+def server_cpu():
+    info = raw.info("cpu")
+    return info["used_cpu_sys"] + info["used_cpu_user"]
+
+def run_drain():
+    from store import Complete
+    for start in range(0, n, 1_000):
+        job_store.enqueue_many([request(i) for i in range(start, min(start + 1_000, n))])
+    raw.config_resetstat()
+    cpu, started = server_cpu(), time.perf_counter()
+    held, done, k = [], 0, 0
+    while True:
+        tokens = [f"t{k}-{i}" for i in range(batch)]
+        k += 1
+        acks = [(job.id, token, Complete(None)) for job, token in held]
+        got = job_store.ack_and_claim_many(acks, queue="default", names=["noop"], tokens=tokens)
+        done += len(acks)
+        held = list(got.jobs)
+        if not held and not acks:
+            break
+    assert done == n, (done, n)
+    return time.perf_counter() - started, server_cpu() - cpu
+
+if drain:
+    elapsed, cpu = run_drain()
+else:
+    enqueue(warmup)
+    raw.config_resetstat()
+    cpu, started = server_cpu(), time.perf_counter()
+    enqueue(n)
+    elapsed, cpu = time.perf_counter() - started, server_cpu() - cpu
 stats = raw.info("commandstats")
+scripts = ("cmdstat_fcall", "cmdstat_evalsha")
 calls = stats.get("cmdstat_fcall") or stats.get("cmdstat_evalsha") or {}
-print(json.dumps({"usec": calls.get("usec", 0) / n, "rate": n / elapsed}))
+inner = sum(
+    v["calls"] for k, v in stats.items()
+    if k not in scripts and not k.startswith(("cmdstat_info", "cmdstat_config"))
+)
+print(json.dumps({
+    "usec": calls.get("usec", 0) / n, "rate": n / elapsed, "cmds": inner / n, "cpu": 1e6 * cpu / n,
+}))
 """
 
 
 def run_once(
-    python: str, tree: Path, url: str, prefix: str, n: int, batch: int
+    python: str, tree: Path, url: str, prefix: str, n: int, batch: int, mode: str = "enqueue"
 ) -> dict[str, float]:
     out = subprocess.run(
-        [python, "-c", CHILD, str(tree), url, prefix, str(n), str(WARMUP), str(batch)],
+        [python, "-c", CHILD, str(tree), url, prefix, str(n), str(WARMUP), str(batch), mode],
         check=True,
         capture_output=True,
         text=True,
@@ -96,33 +137,56 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--bulk", action="store_true", help="enqueue_many, 1,000 jobs a call (default: single)"
     )
+    parser.add_argument(
+        "--drain", action="store_true", help="drain by ack_and_claim_many instead of enqueueing"
+    )
+    parser.add_argument(
+        "--batch", type=int, default=64, help="--drain: jobs claimed per call (default 64)"
+    )
     parser.add_argument("--rounds", type=int, default=5, help="runs per tree (median shown)")
     parser.add_argument("--tree", action="append", type=Path, help="a checkout (repeatable)")
     parser.add_argument("--redis-server", default=None, help="redis-server binary")
     args = parser.parse_args(argv)
     trees = [t.resolve() for t in (args.tree or [REPO])]
     results: dict[Path, list[dict[str, float]]] = {t: [] for t in trees}
-    batch = 1_000 if args.bulk else 1
+    if args.bulk and args.drain:
+        parser.error("--bulk or --drain, not both")
+    batch = args.batch if args.drain else 1_000 if args.bulk else 1
+    mode = "drain" if args.drain else "enqueue"
     with PrivateRedis(args.redis_server) as server:
         version = server.client().info("server")["redis_version"]
         for r in range(args.rounds):
             for i, tree in enumerate(trees):
-                got = run_once(sys.executable, tree, server.url, f"cost-{r}-{i}", args.n, batch)
+                got = run_once(
+                    sys.executable, tree, server.url, f"cost-{r}-{i}", args.n, batch, mode
+                )
                 results[tree].append(got)
                 print(
                     f"round {r + 1} {tree.name}: {got['usec']:.1f} µs, {got['rate']:,.0f}/s",
                     file=sys.stderr,
                 )
             server.client().flushall()  # our own server: nothing else lives there
-    what = "enqueue_many, 1,000 a call" if args.bulk else "single enqueue"
+    what = (
+        f"drain by ack_and_claim_many, {batch} a call"
+        if args.drain
+        else "enqueue_many, 1,000 a call"
+        if args.bulk
+        else "single enqueue"
+    )
     print(f"{what}, N = {args.n:,}, median of {args.rounds} (redis-server {version})")
-    print("| tree | Redis µs per job [min–max] | client jobs/s [min–max] |")
-    print("|---|---|---|")
+    print(
+        "| tree | Redis µs per job [min–max] | commands per job | server CPU µs per job "
+        "| client jobs/s [min–max] |"
+    )
+    print("|---|---|---|---|---|")
     for tree in trees:
         usec = [g["usec"] for g in results[tree]]
         rate = [g["rate"] for g in results[tree]]
+        cmds = statistics.median(g.get("cmds", 0.0) for g in results[tree])
+        cpu = statistics.median(g.get("cpu", 0.0) for g in results[tree])
         print(
             f"| {label(tree)} | {statistics.median(usec):.1f} [{min(usec):.1f}–{max(usec):.1f}] "
+            f"| {cmds:.1f} | {cpu:.1f} "
             f"| {statistics.median(rate):,.0f} [{min(rate):,.0f}–{max(rate):,.0f}] |"
         )
     return 0

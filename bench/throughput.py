@@ -487,6 +487,7 @@ class Row:
     rates: list[float] = field(default_factory=list)
     cmds: list[float] = field(default_factory=list)
     usec: list[float] = field(default_factory=list)
+    cpu: list[float] = field(default_factory=list)
     p50: list[float] = field(default_factory=list)
     top_cmds: dict[str, float] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
@@ -511,6 +512,7 @@ class Row:
             "runs": len(self.rates),
             "cmds_per_job_median": statistics.median(self.cmds) if self.cmds else None,
             "redis_us_per_job_median": statistics.median(self.usec) if self.usec else None,
+            "server_cpu_us_per_job_median": statistics.median(self.cpu) if self.cpu else None,
             "p50_ms_median": statistics.median(self.p50) if self.p50 else None,
             "top_cmds_per_job": self.top_cmds,
             "errors": self.errors,
@@ -538,6 +540,8 @@ def summarize(outcomes: Sequence[Outcome]) -> dict[tuple[str, str], Row]:
             row.cmds.append(float(res["cmds_per_job"]))
         if res.get("redis_us_per_job") is not None:
             row.usec.append(float(res["redis_us_per_job"]))
+        if res.get("server_cpu_us_per_job") is not None:
+            row.cpu.append(float(res["server_cpu_us_per_job"]))
         if res.get("p50_ms") is not None:
             row.p50.append(float(res["p50_ms"]))
     for row in rows.values():
@@ -702,6 +706,14 @@ def render(
 
     add("### Detail")
     add("")
+    add(
+        "*redis µs/job*: the sum of every command's time in INFO commandstats over the timed "
+        "section, per job -- a script (EVALSHA, FCALL) lasts as long as the commands it runs, "
+        "and those count again on their own, so libraries built on scripts read high. "
+        "*server CPU µs/job*: the server's `used_cpu_sys + used_cpu_user` over the same section "
+        "(no overlap; it also carries reading requests and writing replies)."
+    )
+    add("")
     header(
         "library",
         "mode",
@@ -712,6 +724,7 @@ def render(
         "[min-max]",
         "cmds/job",
         "redis µs/job",
+        "server CPU µs/job",
         "ours ÷",
     )
     for lib in lib_order:
@@ -730,6 +743,7 @@ def render(
                 rng,
                 fmt_num(_median(row.cmds)),
                 fmt_num(_median(row.usec)),
+                fmt_num(_median(row.cpu)),
                 fmt_ratio(ours_rate(mode), row.median),
             ]
             add("| " + " | ".join(cells) + " |")

@@ -59,6 +59,7 @@ except ImportError:  # pure-Python fallback
 HELPERS = (
     "calls",  # call_runs: commands over argument arrays of any length
     "keys",  # bind(tag), the K_* keys, every k_* key builder and member builder
+    "tally",  # TALLY: counter increments summed over a call, written once at its end
     "events",  # the store's event stream: EVENTS.emit
     "limits",  # flow control: queue limits checked inside the claim
     "owed",  # owe / with_owed: work a script leaves to bounded follow-up calls
@@ -112,7 +113,7 @@ def script_text(name: str) -> str:
     a function, as in the Function library), then the call's events appended."""
     return (
         f"{_preamble()}\nbegin_call(KEYS[1])\n-- >>> {name}.lua\n"
-        f"local op_reply = (function()\n{_body(name)}\nend)()\nEVENTS.flush()\nreturn op_reply"
+        f"local op_reply = (function()\n{_body(name)}\nend)()\nTALLY.flush()\nEVENTS.flush()\nreturn op_reply"
     )
 
 
@@ -128,6 +129,7 @@ def library() -> tuple[str, str]:
         "  KEYS, ARGV = keys, args\n"
         "  begin_call(keys[1])\n"
         f"  local reply = S[{name!r}]()\n"
+        "  TALLY.flush()\n"
         "  EVENTS.flush(true)\n"
         "  return reply\n"
         f"end{', flags={' + repr('allow-oom') + '}' if name in OOM_SAFE else ''}}}\n"

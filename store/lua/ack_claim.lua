@@ -15,5 +15,5 @@
 -- (lock lost) still wants its next job.
 local a = read_claim_args(ARGV)
 local acked = run_ack(a.now, a.acks[1])
-local claimed = claim_next(a.now, a.tokens[1], a.lock_ms, a.queue, a.names)
+local claimed = claim_next(a.now, a.tokens[1], a.lock_ms, a.queue, a.names, {})
 return with_owed({ acked[1], acked[2] or '', claimed[1], claimed[2], claimed[3] or '' })

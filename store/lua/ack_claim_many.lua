@@ -22,8 +22,10 @@ for _, ack in ipairs(a.acks) do
 end
 local claimed = {}
 local next_run_at = ''
-for _, token in ipairs(a.tokens) do
-  local c = claim_next(a.now, token, a.lock_ms, a.queue, a.names)
+local batch = { defer = true, active = {} }
+for i, token in ipairs(a.tokens) do
+  batch.want = #a.tokens - i + 1
+  local c = claim_next(a.now, token, a.lock_ms, a.queue, a.names, batch)
   if c[1] ~= 'claimed' then
     next_run_at = c[2]
     if c[1] == 'again' then next_run_at = '!again' end
@@ -39,4 +41,5 @@ for _, token in ipairs(a.tokens) do
     break
   end
 end
+claim_batch_end(batch, a.queue, a.names)
 return with_owed({ acks, claimed, next_run_at })

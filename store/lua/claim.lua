@@ -10,4 +10,4 @@
 -- {'again', ''} (claim again; owed promotions come as '!owed'; see claim_next
 -- in lib/claim_ack.lua).
 local a = read_claim_args(ARGV)
-return with_owed(claim_next(a.now, a.tokens[1], a.lock_ms, a.queue, a.names))
+return with_owed(claim_next(a.now, a.tokens[1], a.lock_ms, a.queue, a.names, {}))

@@ -1304,7 +1304,7 @@ def eval_text(lua_dir: Path, name: str) -> tuple[str, list[tuple[str, int]]]:
     parts.append((f"-- >>> {name}.lua", "<scripts.py>"))
     parts.append(("local op_reply = (function()", "<scripts.py>"))
     parts.append(((lua_dir / f"{name}.lua").read_text(encoding="utf-8"), f"{name}.lua"))
-    parts.append(("end)()\nEVENTS.flush()\nreturn op_reply", "<scripts.py>"))
+    parts.append(("end)()\nTALLY.flush()\nEVENTS.flush()\nreturn op_reply", "<scripts.py>"))
     text_lines: list[str] = []
     origin: list[tuple[str, int]] = []
     for chunk, file in parts:

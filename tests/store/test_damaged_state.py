@@ -106,6 +106,37 @@ def test_ack_and_claim_many_skips_orphans(store):
     assert store.counts() == counts_of(active=3)
 
 
+def test_a_batch_claim_takes_back_an_orphans_counter_as_the_call_sees_it(store):
+    """A call sums its counter moves and writes them when it ends (lib/tally.lua): an orphan
+    met after two claims of the same call must see the counter those claims left (0 here,
+    the counter having been repaired to the two real jobs), not the stored 2 -- else it
+    takes the counter below zero."""
+    ids = [store.enqueue(req(payload={"n": i})).id for i in range(3)]
+    _drop(store, ids[2])
+    store.client.hset(store.keys.counts, "default|waiting", 2)  # as mqcheck repairs it
+    batch = store.ack_and_claim_many([], queue="default", names=["TestJob"], tokens=["a", "b", "c"])
+    assert [job.id for job, _ in batch.jobs] == ids[:2]
+    assert store.client.hget(store.keys.counts, "default|waiting") == "0"
+    assert store.counts() == counts_of(active=2)
+
+
+def test_a_batch_claim_leaves_what_it_did_not_take(store):
+    """A batch of one job name pops the members it wants at once: what it claims and what
+    it skips is gone from the waiting set, the rest stays in order."""
+    ids = [store.enqueue(req(payload={"n": i}, priority=i % 2)).id for i in range(6)]
+    _drop(store, ids[1])
+    batch = store.ack_and_claim_many([], queue="default", names=["TestJob"], tokens=["a", "b"])
+    # Priority 1 first (ids 1, 3, 5; 1 is an orphan), then priority 0 in arrival order.
+    assert [job.id for job, _ in batch.jobs] == [ids[3], ids[5]]
+    assert {job.id: job.state for job, _ in batch.jobs} == {ids[3]: "active", ids[5]: "active"}
+    rest = store.ack_and_claim_many(
+        [], queue="default", names=["TestJob"], tokens=["c", "d", "e", "f"]
+    )
+    assert [job.id for job, _ in rest.jobs] == [ids[0], ids[2], ids[4]]
+    assert store.counts() == counts_of(active=5)
+    assert store.client.zcard(store.keys.active) == 5
+
+
 def test_orphaned_delayed_member_is_cleaned_by_promotion(store, clock):
     orphan = store.enqueue(req(delay_ms=1000)).id
     good = store.enqueue(req(delay_ms=2000)).id

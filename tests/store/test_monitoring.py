@@ -72,6 +72,56 @@ def test_runs_failures_and_run_times_per_name_and_period(
         assert (m.runs, m.failures, m.max_ms, len(m.series)) == (12, 2, 1000, slots)
 
 
+def test_a_batch_of_acks_adds_each_run_once(
+    store: RedisJobStore, clock: FakeClock, redis_client: Any
+) -> None:
+    """One ack_and_claim_many call sums its runs per aggregate hash (lib/tally.lua) and writes
+    them when it ends: the hash holds every run's bucket, the failures, the longest run, its
+    expiry -- and the counters and finished totals move by exactly the batch."""
+    clock.set(HOUR0 + 7 * MINUTE_MS)
+    ids = [
+        store.enqueue(EnqueueRequest(name="Batch", queue="q", attempts_max=1)).id for _ in range(6)
+    ]
+    # Run times on the fake clock: claimed at different times, acked together.
+    started = clock()
+    held = []
+    for k, job_id in enumerate(ids):
+        claimed = store.claim(queue="q", names=["Batch"], token=f"t{k}", lock_duration_ms=600_000)
+        assert isinstance(claimed, Claimed) and claimed.job.id == job_id
+        held.append((job_id, f"t{k}"))
+        clock.advance(100)
+    clock.set(started + 1000)  # runs of 1000, 900, ..., 500 ms
+    outcomes = [Complete(None)] * 4 + [Fail({"message": "boom"})] * 2
+    batch = store.ack_and_claim_many(
+        [(job_id, token, outcome) for (job_id, token), outcome in zip(held, outcomes, strict=True)],
+        queue="q",
+        names=["Batch"],
+        tokens=["next"],
+    )
+    assert batch.ack_errors == [None] * 6
+    minute_key = store.keys.job_metrics_minute(clock() // MINUTE_MS, "Batch")
+    stored = redis_client.hgetall(minute_key)
+    buckets = {f: int(v) for f, v in stored.items() if f.startswith("b")}
+    assert sum(buckets.values()) == 6
+    assert (stored["f"], stored["x"]) == ("2", "1000")
+    assert 0 < redis_client.pttl(minute_key) <= 3 * HOUR_MS
+    m = job_name_metrics(store, "1h", names=["Batch"])[0]
+    assert (m.runs, m.failures, m.max_ms) == (6, 2, 1000)
+    assert store.counts(queue="q")["completed"] == 4
+    assert store.counts(queue="q")["failed"] == 2
+    assert store.counts(queue="q")["active"] == 0
+    # A second batch with a shorter run keeps the longest, adds to the buckets.
+    job_id = store.enqueue(EnqueueRequest(name="Batch", queue="q")).id
+    claimed = store.claim(queue="q", names=["Batch"], token="t9", lock_duration_ms=600_000)
+    assert isinstance(claimed, Claimed) and claimed.job.id == job_id
+    clock.advance(3)
+    store.ack_and_claim_many(
+        [(job_id, "t9", Complete(None))], queue="q", names=["Batch"], tokens=["next"]
+    )
+    m = job_name_metrics(store, "1h", names=["Batch"])[0]
+    assert (m.runs, m.failures, m.max_ms) == (7, 2, 1000)
+
+
 def test_periods_drop_runs_outside_their_window(store: RedisJobStore, clock: FakeClock) -> None:
     clock.set(HOUR0)
     run_one(store, clock, "Old", 100, Complete(None))

@@ -38,23 +38,38 @@ end
 -- the jobs that wait; nothing was taken) or {'again'}.
 -- Work per call is bounded: at most PROMOTE_LIMIT promotions, NEXT_RUN_SCAN
 -- delayed members examined and ORPHAN_SKIP dangling waiting members removed.
+--
+-- batch: {} for a single claim, else the state of a batch of claims of one
+-- queue in one call (ack_claim_many).  Nothing a claim does changes what the
+-- first claim of the call read -- due promotions (the time is the call's),
+-- the queue's pause and its limits -- so later claims reuse it.  want: the
+-- claims still to make in the call; with one job name, no groups and no
+-- limits, the call pops that many members at once (ZPOPMIN) and takes them in
+-- order.  defer: the claims' active-set entries are collected in batch.active
+-- for the caller to add in one ZADD (claim_batch_end) -- nothing in the call
+-- reads the active set after its claims.
 -- When more jobs are due than one call promotes, nothing is picked (a job
 -- still delayed may outrank every waiting one): the call owes 'promote' work,
 -- which the caller finishes in bounded promote_due calls, then claims again.
 -- 'again' also follows a page of dangling members.
-local function claim_next(now, token, lock_ms, queue, names)
+local function claim_next(now, token, lock_ms, queue, names, batch)
   local dk = k_delayed(queue)
-  local _, more = promote_due(queue, now, PROMOTE_LIMIT)
-  if more then
-    owe('promote', queue)
-    return { 'again', '' }
+  if not batch.ready then
+    local _, more = promote_due(queue, now, PROMOTE_LIMIT)
+    if more then
+      owe('promote', queue)
+      return { 'again', '' }
+    end
   end
 
   -- The earliest run_at among delayed jobs with a handled name.  If the
   -- bounded scan finds none but more members remain, the last examined score
   -- is a safe early wake-up (the caller simply claims again then).
-  local handled = {}
-  for _, name in ipairs(names) do handled[name] = true end
+  local handled = batch.handled
+  if not handled then
+    handled = {}
+    for _, name in ipairs(names) do handled[name] = true end
+  end
   local function next_run_at()
     local page = redis.call('ZRANGE', dk, 0, NEXT_RUN_SCAN - 1, 'WITHSCORES')
     for i = 1, #page, 2 do
@@ -66,21 +81,42 @@ local function claim_next(now, token, lock_ms, queue, names)
     return ''
   end
 
-  if #names == 0 or redis.call('SISMEMBER', K_PAUSED, queue) == 1 then
-    return { 'empty', next_run_at() }
+  local lim, groups
+  if batch.ready then
+    lim, groups = batch.lim, batch.groups
+  else
+    if #names == 0 or redis.call('SISMEMBER', K_PAUSED, queue) == 1 then
+      return { 'empty', next_run_at() }
+    end
+    -- Queue limits (lib/limits.lua): one HMGET when the queue has none, which
+    -- also tells whether it has job groups.  They are checked once a job is
+    -- there to take, before anything is taken, so a limited job is never
+    -- claimed and handed back.
+    lim, groups = LIMITS.read(queue)
+    batch.ready, batch.lim, batch.groups, batch.handled = true, lim, groups, handled
+    -- One name, no groups, no limits: pop the members the batch wants.
+    if #names == 1 and not groups and not lim and (batch.want or 1) > 1 then
+      batch.pop, batch.at = {}, 1
+    end
   end
-
-  -- Queue limits (lib/limits.lua): one HMGET when the queue has none, which
-  -- also tells whether it has job groups.  They are checked once a job is
-  -- there to take, before anything is taken, so a limited job is never
-  -- claimed and handed back.
-  local lim, groups = LIMITS.read(queue)
   local unchecked = lim ~= nil
 
   for _ = 1, ORPHAN_SKIP do
     -- Seqs are unique and zero-padded, so comparing members compares seqs.
     local best_key, best_member, best_score, group
-    for _, name in ipairs(names) do
+    local pop = batch.pop
+    if pop then
+      -- Popped members are out of the set already, taken or dangling alike.
+      if batch.at > #pop then
+        pop = redis.call('ZPOPMIN', k_waiting(queue, names[1]), math.max(1, batch.want or 1))
+        batch.pop, batch.at = pop, 1
+      end
+      if batch.at <= #pop then
+        best_member, best_score = pop[batch.at], tonumber(pop[batch.at + 1])
+        batch.at = batch.at + 2
+      end
+    end
+    for _, name in ipairs(pop and {} or names) do
       local wk = k_waiting(queue, name)
       local top = redis.call('ZRANGE', wk, 0, 0, 'WITHSCORES')
       if #top > 0 then
@@ -123,7 +159,7 @@ local function claim_next(now, token, lock_ms, queue, names)
     local left
     if group then
       left = LIMITS.group_rem(queue, f[3] or nil, group, best_member, true)
-    else
+    elseif not pop then
       redis.call('ZREM', best_key, best_member)
     end
     local row = is_row(f[1], f[2], f[3], f[4])
@@ -137,7 +173,13 @@ local function claim_next(now, token, lock_ms, queue, names)
         redis.call('HSET', jk, 'state', 'active', 'lock_token', token,
           'lock_expires_at', fmt(expires), 'pa', fmt(now))
       end
-      redis.call('ZADD', K_ACTIVE, expires, id)
+      if batch.defer then
+        local active = batch.active
+        active[#active + 1] = expires
+        active[#active + 1] = id
+      else
+        redis.call('ZADD', K_ACTIVE, expires, id)
+      end
       counts_add(queue, 'waiting', -1)
       counts_add(queue, 'active', 1)
       EVENTS.emit('active', id, f[3], queue, (tonumber(f[5]) or 0) + 1, now, nil)
@@ -167,11 +209,12 @@ end
 -- hour: b<i> counts runs of at most 2^(i/4) ms of run time (claim -> ack;
 -- bucket 0: up to 1 ms, the last bucket takes everything longer), so the runs
 -- are the sum of the buckets; f counts failed runs (Fail or Retry acks) and x
--- holds the longest run in ms.  Two to three commands per hash and run: the
--- ack path stays cheap.  A hash expires a while after the window that reads
--- it (minutes after about 3 h, hours after about 75 h; the expiry is set when
--- a bucket is first used, so a later bucket pushes it out by at most the
--- hash's own span).
+-- holds the longest run in ms.  A call sums its runs per hash (tally_run in
+-- lib/tally.lua) and writes each hash once: a batch of acks costs a few
+-- commands per hash, not three per run.  A hash expires a while after the
+-- window that reads it (minutes after about 3 h, hours after about 75 h; the
+-- expiry is set when a bucket is first used, so a later bucket pushes it out
+-- by at most the hash's own span).
 -- log(2) / 4, written out: a Redis 7 Function library has no math table while it loads.
 -- (One table: the joined library is near Lua's 200 locals.)
 local RUN = { bucket_log = 0.17328679513998632, bucket_last = 100,
@@ -184,21 +227,14 @@ local function run_bucket(ms)
   return i
 end
 
-local function add_run(key, ttl_ms, failed, ms, bucket)
-  if redis.call('HINCRBY', key, 'b' .. bucket, 1) == 1 then redis.call('PEXPIRE', key, ttl_ms) end
-  if failed then redis.call('HINCRBY', key, 'f', 1) end
-  local max = tonumber(redis.call('HGET', key, 'x') or '-1')
-  if ms > max then redis.call('HSET', key, 'x', ms) end
-end
-
 local function record_run(j, outcome, now)
   local started = tonumber(j.processed_at or '')
   if not started then return end
   local ms = math.floor(math.max(0, now - started))
   local failed = outcome == 'fail' or outcome == 'retry'
   local bucket = run_bucket(ms)
-  add_run(k_jobmetrics_minute(math.floor(now / 60000), j.name), RUN.minute_ttl_ms, failed, ms, bucket)
-  add_run(k_jobmetrics_hour(math.floor(now / 3600000), j.name), RUN.hour_ttl_ms, failed, ms, bucket)
+  tally_run(k_jobmetrics_minute(math.floor(now / 60000), j.name), RUN.minute_ttl_ms, failed, ms, bucket)
+  tally_run(k_jobmetrics_hour(math.floor(now / 3600000), j.name), RUN.hour_ttl_ms, failed, ms, bucket)
 end
 
 -- Ack: record the outcome of a held run.  outcome is 'complete' | 'fail' |
@@ -212,13 +248,19 @@ local function ack_job(now, id, token, outcome, exit_json, retry_delay)
   if j.state ~= 'active' or j.lock_token ~= token then return { 'locklost' } end
 
   local jk = k_job(id)
-  j.am = redis.call('HINCRBY', jk, 'am', 1)
   record_run(j, outcome, now)
+  -- The attempt counter: written with the terminal fields when the run ends
+  -- the job, else counted up at once.
+  if outcome == 'complete' or outcome == 'fail' then
+    j.am = j.am + 1
+  else
+    j.am = redis.call('HINCRBY', jk, 'am', 1)
+  end
   if outcome == 'complete' then
-    finish(id, j, 'completed', { store_exit = true, exit_json = exit_json, ledger_exit = exit_json }, now)
+    finish(id, j, 'completed', { store_exit = true, exit_json = exit_json, ledger_exit = exit_json, am = j.am }, now)
   elseif outcome == 'fail' then
     record_error(id, j, exit_json, nil, now)
-    finish(id, j, 'failed', { store_exit = true, exit_json = exit_json, ledger_exit = exit_json }, now)
+    finish(id, j, 'failed', { store_exit = true, exit_json = exit_json, ledger_exit = exit_json, am = j.am }, now)
   elseif outcome == 'cancelled' or j.cancel_requested then
     finish_cancelled(id, j, now)
   else
@@ -286,4 +328,21 @@ local function read_claim_args(argv)
     now = tonumber(argv[1]), lock_ms = tonumber(argv[2]), queue = argv[3], acks = acks,
     tokens = argv_list(argv, at + 1, at + k), names = argv_list(argv, at + k + 1, #argv),
   }
+end
+
+-- The end of a batch of claims (see claim_next): add the active-set entries
+-- it collected, and put back popped members no claim took (none when the
+-- batch asked for as many as it claims; kept as a guard).
+local function claim_batch_end(batch, queue, names)
+  local active = batch.active
+  if active and #active > 0 then call_runs('ZADD', K_ACTIVE, active, 1, #active, 2) end
+  local pop = batch.pop
+  if pop and batch.at <= #pop then
+    local back = {}
+    for i = batch.at, #pop, 2 do
+      back[#back + 1] = pop[i + 1]
+      back[#back + 1] = pop[i]
+    end
+    call_runs('ZADD', k_waiting(queue, names[1]), back, 1, #back, 2)
+  end
 end

@@ -89,8 +89,9 @@ local function is_terminal(state)
   return state == 'completed' or state == 'failed' or state == 'cancelled'
 end
 
+-- Summed over the call (lib/tally.lua): a batch moves the same fields per job.
 local function counts_add(queue, state, n)
-  redis.call('HINCRBY', K_COUNTS, queue .. '|' .. state, n)
+  tally_add(K_COUNTS, queue .. '|' .. state, n)
 end
 
 -- Waiting members sort by score (-priority), then by bytes of the member: a
@@ -339,8 +340,9 @@ end
 
 local function uncount(queue, state)
   local field = queue .. '|' .. state
-  if (tonumber(redis.call('HGET', K_COUNTS, field)) or 0) > 0 then
-    redis.call('HINCRBY', K_COUNTS, field, -1)
+  -- The counter as it stands in this call: stored plus what the call tallied.
+  if (tonumber(redis.call('HGET', K_COUNTS, field)) or 0) + TALLY.pending(K_COUNTS, field) > 0 then
+    tally_add(K_COUNTS, field, -1)
     return field
   end
   return nil

@@ -2,9 +2,11 @@
 
 -- The fields every transition needs, read in one call.  nil when the row is
 -- gone or is a remnant without its identifying fields (see is_row).
+-- has_parent: whether the job carries a parent envelope (finish then appends
+-- its report to the outbox; without one it need not look).
 local function snapshot(id)
   local f = redis.call('HMGET', k_job(id), 'state', 'queue', 'name', 'seq', 'priority',
-    'pa', 'cancel_requested', 'keep', 'dedupe_key', 'lock_token', 'lq', 'group', 'am')
+    'pa', 'cancel_requested', 'keep', 'dedupe_key', 'lock_token', 'lq', 'group', 'am', 'parent')
   if not is_row(f[1], f[2], f[3], f[4]) then return nil end
   local jk = k_job(id)
   return {
@@ -12,6 +14,7 @@ local function snapshot(id)
     processed_at = f[6] or nil, cancel_requested = f[7] == '1', keep = get_long(jk, 'keep', f[8]) or nil,
     dedupe_key = get_long(jk, 'dedupe_key', f[9]) or nil, lock_token = f[10] or nil,
     limited = f[11] and true or false, group = f[12] or nil, am = tonumber(f[13]) or 0,
+    has_parent = f[14] and true or false,
   }
 end
 
@@ -32,7 +35,9 @@ end
 -- Move a job into a terminal state with all the bookkeeping of the contract:
 -- finished_at, cleared lock and cancel flag, counters, ledger, outbox, dedupe
 -- release, retention.  exit_json (raw JSON or nil) is stored on the record
--- when store_exit is true; ledger_exit goes into the ledger entry.
+-- when store_exit is true; ledger_exit goes into the ledger entry; opts.am,
+-- when set, is written as the attempts made (an ack's count, in the same
+-- HSET).
 local function finish(id, j, to_state, opts, now)
   local jk = k_job(id)
   unlink_from_state(id, j, now)
@@ -42,20 +47,25 @@ local function finish(id, j, to_state, opts, now)
   local label = opts.ledger or to_state
   local stored_exit = opts.store_exit and opts.exit_json or nil
   local folded = label == to_state and opts.ledger_exit == stored_exit
-  if folded then
-    redis.call('HSET', jk, 'state', to_state, 'fa', fmt(now), 'lf', '1')
-  else
-    redis.call('HSET', jk, 'state', to_state, 'fa', fmt(now))
+  local h = { 'state', to_state, 'fa', fmt(now) }
+  if folded then h[5], h[6] = 'lf', '1' end
+  if opts.am then h[#h + 1], h[#h + 2] = 'am', fmt(opts.am) end
+  -- A short exit of a job that was running goes in the same HSET: a running
+  -- job has no exit (retry clears it), so no pieces of an older one to drop.
+  if stored_exit and j.state == 'active' and #stored_exit < PIECE_MIN then
+    h[#h + 1], h[#h + 2] = 'exit', stored_exit
+    stored_exit = nil
   end
+  call_runs('HSET', jk, h, 1, #h, 2)
   redis.call('HDEL', jk, 'cancel_requested', 'lock_token', 'lock_expires_at', 'lq')
   if stored_exit then set_long(jk, 'exit', stored_exit) end
   if opts.failed_reason then set_long(jk, 'failed_reason', opts.failed_reason) end
   counts_add(j.queue, j.state, -1)
   counts_add(j.queue, to_state, 1)
-  redis.call('HINCRBY', K_STATS .. to_state, fmt(math.floor(now / 60000)), 1)
-  redis.call('HINCRBY', k_finished_total(), j.queue .. '|' .. to_state, 1)
+  tally_add(K_STATS .. to_state, fmt(math.floor(now / 60000)), 1)
+  tally_add(k_finished_total(), j.queue .. '|' .. to_state, 1)
   if not folded then append_attempt(id, label, j.processed_at, now, opts.ledger_exit) end
-  append_outbox(id, to_state, now)
+  if j.has_parent ~= false then append_outbox(id, to_state, now) end
   EVENTS.emit(to_state, id, j.name, j.queue, j.am, now, opts.event_data)
   release_dedupe(j.name, j.dedupe_key, id, now)
   retain_terminal(id, j.name, to_state, j.keep, now, opts.prune ~= false)
