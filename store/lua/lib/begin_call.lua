@@ -10,5 +10,5 @@ local function begin_call(tag)
   -- Events of a call that failed half-way (a Function library keeps its state).
   if EVENTS.n > 0 then EVENTS.reset() end
   -- Counters of such a call (lib/tally.lua).
-  if #TALLY.order > 0 or #TALLY.run_order > 0 then TALLY.reset() end
+  if TALLY.dirty then TALLY.reset() end
 end

@@ -204,37 +204,12 @@ local function ack_missing(id)
   return { 'notfound' }
 end
 
--- Per-job-name run aggregates, written at ack time (the dashboard's metrics
--- page reads them).  Each run adds to the hash of its minute and of its clock
--- hour: b<i> counts runs of at most 2^(i/4) ms of run time (claim -> ack;
--- bucket 0: up to 1 ms, the last bucket takes everything longer), so the runs
--- are the sum of the buckets; f counts failed runs (Fail or Retry acks) and x
--- holds the longest run in ms.  A call sums its runs per hash (tally_run in
--- lib/tally.lua) and writes each hash once: a batch of acks costs a few
--- commands per hash, not three per run.  A hash expires a while after the
--- window that reads it (minutes after about 3 h, hours after about 75 h; the
--- expiry is set when a bucket is first used, so a later bucket pushes it out
--- by at most the hash's own span).
--- log(2) / 4, written out: a Redis 7 Function library has no math table while it loads.
--- (One table: the joined library is near Lua's 200 locals.)
-local RUN = { bucket_log = 0.17328679513998632, bucket_last = 100,
-  minute_ttl_ms = 3 * 3600000, hour_ttl_ms = 75 * 3600000 }
-
-local function run_bucket(ms)
-  if ms <= 1 then return 0 end
-  local i = math.ceil(math.log(ms) / RUN.bucket_log - 1e-9)
-  if i > RUN.bucket_last then return RUN.bucket_last end
-  return i
-end
-
+-- The run's entry in the per-job-name run aggregates (lib/tally.lua), at ack
+-- time (the dashboard's metrics page reads them).
 local function record_run(j, outcome, now)
   local started = tonumber(j.processed_at or '')
   if not started then return end
-  local ms = math.floor(math.max(0, now - started))
-  local failed = outcome == 'fail' or outcome == 'retry'
-  local bucket = run_bucket(ms)
-  tally_run(k_jobmetrics_minute(math.floor(now / 60000), j.name), RUN.minute_ttl_ms, failed, ms, bucket)
-  tally_run(k_jobmetrics_hour(math.floor(now / 3600000), j.name), RUN.hour_ttl_ms, failed, ms, bucket)
+  TALLY.run(j.name, now, outcome == 'fail' or outcome == 'retry', math.floor(math.max(0, now - started)))
 end
 
 -- Ack: record the outcome of a held run.  outcome is 'complete' | 'fail' |
@@ -247,7 +222,7 @@ local function ack_job(now, id, token, outcome, exit_json, retry_delay)
   if not j then return ack_missing(id) end
   if j.state ~= 'active' or j.lock_token ~= token then return { 'locklost' } end
 
-  local jk = k_job(id)
+  local jk = j.jk
   record_run(j, outcome, now)
   -- The attempt counter: written with the terminal fields when the run ends
   -- the job, else counted up at once.

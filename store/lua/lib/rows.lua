@@ -4,7 +4,20 @@
 -- fields (HGET -> false), which keeps rows small.  JSON fields are stored
 -- verbatim as the client encoded them and are never decoded here.
 
-local function fmt(n) return string.format('%.0f', n) end
+-- A number as an integer string.  The texts of recent numbers are kept (a
+-- call formats its time, and each claim its lock expiry, again and again;
+-- string.format is among the dearest things a script does): at most
+-- FMT.max of them, then the table starts over.
+local FMT = { texts = {}, n = 0, max = 256 }
+local function fmt(n)
+  local s = FMT.texts[n]
+  if s then return s end
+  s = string.format('%.0f', n)
+  if n ~= n then return s end -- NaN is no table key
+  if FMT.n >= FMT.max then FMT.texts, FMT.n = {}, 0 end
+  FMT.texts[n], FMT.n = s, FMT.n + 1
+  return s
+end
 
 -- Long values.  A hash whose values are all at most hash-max-listpack-value
 -- bytes (64 by default) and that has at most hash-max-listpack-entries fields
@@ -91,7 +104,7 @@ end
 
 -- Summed over the call (lib/tally.lua): a batch moves the same fields per job.
 local function counts_add(queue, state, n)
-  tally_add(K_COUNTS, queue .. '|' .. state, n)
+  TALLY.count(queue, state, n)
 end
 
 -- Waiting members sort by score (-priority), then by bytes of the member: a
@@ -341,8 +354,8 @@ end
 local function uncount(queue, state)
   local field = queue .. '|' .. state
   -- The counter as it stands in this call: stored plus what the call tallied.
-  if (tonumber(redis.call('HGET', K_COUNTS, field)) or 0) + TALLY.pending(K_COUNTS, field) > 0 then
-    tally_add(K_COUNTS, field, -1)
+  if (tonumber(redis.call('HGET', K_COUNTS, field)) or 0) + TALLY.pending(queue, state) > 0 then
+    TALLY.count(queue, state, -1)
     return field
   end
   return nil

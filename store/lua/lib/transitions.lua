@@ -3,18 +3,18 @@
 -- The fields every transition needs, read in one call.  nil when the row is
 -- gone or is a remnant without its identifying fields (see is_row).
 -- has_parent: whether the job carries a parent envelope (finish then appends
--- its report to the outbox; without one it need not look).
+-- its report to the outbox; without one it need not look); jk: the job's key.
 local function snapshot(id)
-  local f = redis.call('HMGET', k_job(id), 'state', 'queue', 'name', 'seq', 'priority',
+  local jk = k_job(id)
+  local f = redis.call('HMGET', jk, 'state', 'queue', 'name', 'seq', 'priority',
     'pa', 'cancel_requested', 'keep', 'dedupe_key', 'lock_token', 'lq', 'group', 'am', 'parent')
   if not is_row(f[1], f[2], f[3], f[4]) then return nil end
-  local jk = k_job(id)
   return {
     state = f[1], queue = f[2], name = f[3], seq = f[4], priority = f[5] or '0',
     processed_at = f[6] or nil, cancel_requested = f[7] == '1', keep = get_long(jk, 'keep', f[8]) or nil,
     dedupe_key = get_long(jk, 'dedupe_key', f[9]) or nil, lock_token = f[10] or nil,
     limited = f[11] and true or false, group = f[12] or nil, am = tonumber(f[13]) or 0,
-    has_parent = f[14] and true or false,
+    has_parent = f[14] and true or false, jk = jk,
   }
 end
 
@@ -39,7 +39,7 @@ end
 -- when set, is written as the attempts made (an ack's count, in the same
 -- HSET).
 local function finish(id, j, to_state, opts, now)
-  local jk = k_job(id)
+  local jk = j.jk or k_job(id)
   unlink_from_state(id, j, now)
   -- The run's ledger entry is folded into the hash when the hash says it all
   -- (see fold_attempt): the common case, a job that ends on its first run,
@@ -62,8 +62,7 @@ local function finish(id, j, to_state, opts, now)
   if opts.failed_reason then set_long(jk, 'failed_reason', opts.failed_reason) end
   counts_add(j.queue, j.state, -1)
   counts_add(j.queue, to_state, 1)
-  tally_add(K_STATS .. to_state, fmt(math.floor(now / 60000)), 1)
-  tally_add(k_finished_total(), j.queue .. '|' .. to_state, 1)
+  TALLY.finish(j.queue, to_state, now)
   if not folded then append_attempt(id, label, j.processed_at, now, opts.ledger_exit) end
   if j.has_parent ~= false then append_outbox(id, to_state, now) end
   EVENTS.emit(to_state, id, j.name, j.queue, j.am, now, opts.event_data)
