@@ -50,6 +50,7 @@ from bench.common import (  # noqa: E402
     med,
     quiet_logging,
     rotated,
+    server_cpu_s,  # noqa: E402
     spread,
     tree_commit,
 )
@@ -58,7 +59,6 @@ from bench.limits_bench import (  # noqa: E402
     DrainRun,
     drain_run,
     enqueue_noops,
-    server_cpu_seconds,
 )
 from bench.throughput import (  # noqa: E402
     CPU_PIN_MODES,
@@ -141,7 +141,7 @@ def runworker_drain(
                 pids.append(int(line.split("(pid ", 1)[1].split(")", 1)[0]))
         time.sleep(1.0)  # every taker has claimed once and waits for a wake
         raw.config_resetstat()
-        cpu_before, client_before = server_cpu_seconds(raw), _proc_cpu_seconds(pids)
+        cpu_before, client_before = server_cpu_s(raw), _proc_cpu_seconds(pids)
         started = time.monotonic()
         jobs.resume(QUEUE)
         deadline = started + 600
@@ -150,7 +150,7 @@ def runworker_drain(
                 raise RuntimeError("the drain did not finish in 10 minutes")
             time.sleep(0.02)
         seconds = time.monotonic() - started
-        cpu_after, client_after = server_cpu_seconds(raw), _proc_cpu_seconds(pids)
+        cpu_after, client_after = server_cpu_s(raw), _proc_cpu_seconds(pids)
         stats = raw.info("commandstats")
         return ProcessesRun(
             DrainRun(

@@ -56,10 +56,10 @@ from bench.common import (  # noqa: E402
     payload,
     quiet_logging,
     rotated,
+    server_cpu_s,  # noqa: E402
     spread,
     tree_commit,
 )
-from bench.limits_bench import server_cpu_seconds  # noqa: E402
 from bench.throughput import (  # noqa: E402
     CPU_PIN_MODES,
     private_bench,
@@ -141,7 +141,7 @@ def run_case(url: str, prefix: str, case: Case, n: int) -> Run:
     requests = list(_requests(case, n))
     stats = CommandStats(url, "diff")
     memory_before = int(client.info("memory")["used_memory"])
-    cpu_before = server_cpu_seconds(client)
+    cpu_before = server_cpu_s(client)
     stats.start()
     started = time.perf_counter()
     if case.calls == "single":
@@ -154,7 +154,7 @@ def run_case(url: str, prefix: str, case: Case, n: int) -> Run:
             job_store.enqueue_many(requests[at : at + BATCH])
     seconds = time.perf_counter() - started
     stats.stop()
-    cpu = server_cpu_seconds(client) - cpu_before
+    cpu = server_cpu_s(client) - cpu_before
     memory = int(client.info("memory")["used_memory"]) - memory_before
     summary = stats.summary(n)
     assert job_store.counts().get("waiting", 0) == n, "not every job landed"

@@ -64,6 +64,7 @@ from bench.common import (  # noqa: E402
     payload,
     quiet_logging,
     rotated,
+    server_cpu_s,
     spread,
     tree_commit,
 )
@@ -320,12 +321,6 @@ def worker_child(argv: Sequence[str]) -> None:
     print(json.dumps({"ended": ended, "released": released, **seen}), flush=True)
 
 
-def server_cpu_seconds(client: redis.Redis) -> float:
-    """The server's own CPU time so far (``used_cpu_sys + used_cpu_user``, INFO cpu)."""
-    info = client.info("cpu")
-    return float(info["used_cpu_sys"]) + float(info["used_cpu_user"])
-
-
 def _read_line(stream: IO[str] | None, what: str) -> str:
     line = stream.readline() if stream is not None else ""
     if not line:
@@ -367,7 +362,7 @@ def drain_run(
         for child in children:
             _read_line(child.stdout, "ready")
         raw.config_resetstat()
-        cpu_before = server_cpu_seconds(raw)
+        cpu_before = server_cpu_s(raw)
         started = time.monotonic()
         for child in children:
             assert child.stdin is not None
@@ -376,7 +371,7 @@ def drain_run(
         reports = [json.loads(_read_line(child.stdout, "done")) for child in children]
         for child in children:
             child.wait(timeout=60)
-        cpu_after = server_cpu_seconds(raw)
+        cpu_after = server_cpu_s(raw)
         stats = raw.info("commandstats")
         completed = jobs.counts(QUEUE)["completed"]
         if completed != args.n:

@@ -136,6 +136,21 @@ def test_waiting_members_and_constants_match(redis_client: Any) -> None:
     assert nul == NUL
 
 
+def test_fmt_keeps_texts_but_never_confuses_zero_and_minus_zero(redis_client: Any) -> None:
+    """fmt remembers the texts of recent numbers by number; -0 and 0 are one table key in
+    Lua, so a remembered "-0" must never answer for 0 (nor "0" for -0)."""
+    body = (
+        "local neg = -tonumber('0')\n"
+        "return { fmt(neg), fmt(0), fmt(1234567890123), fmt(1234567890123), fmt(0),"
+        " fmt(neg), fmt(-5), fmt(2.6) }"
+    )
+    got = _lua(redis_client, "{p}", body)
+    assert got[1] == "0" and got[4] == "0"
+    assert got[0] in ("-0", "0") and got[5] == got[0]  # -0 formats as itself, never memoised
+    assert got[2] == got[3] == "1234567890123"
+    assert got[6:] == ["-5", "3"]
+
+
 def test_every_script_compiles_with_locals_to_spare(redis_client: Any) -> None:
     """Lua allows 200 locals in a chunk; EVAL runs the joined helpers and a body as one.
 

@@ -13,7 +13,8 @@ local function fmt(n)
   local s = FMT.texts[n]
   if s then return s end
   s = string.format('%.0f', n)
-  if n ~= n then return s end -- NaN is no table key
+  -- NaN is no table key; 0 and -0 are one key but two texts, so neither is kept.
+  if n ~= n or n == 0 then return s end
   if FMT.n >= FMT.max then FMT.texts, FMT.n = {}, 0 end
   FMT.texts[n], FMT.n = s, FMT.n + 1
   return s
