@@ -348,11 +348,24 @@ class AsyncRedisJobStore(StoreCore):
         cursor: str | None = None,
         limit: int = 50,
         scan_budget: int = DEFAULT_SCAN_BUDGET,
+        *,
+        payload: Mapping[str, str] | None = None,
+        id_prefix: str | None = None,
     ) -> ListResult:
         """One page of jobs (as ``RedisJobStore.list``)."""
         return await self._drive(
             self._list_steps(
-                queue, name, states, metadata, order_by, order, cursor, limit, scan_budget
+                queue,
+                name,
+                states,
+                metadata,
+                order_by,
+                order,
+                cursor,
+                limit,
+                scan_budget,
+                payload,
+                id_prefix,
             )
         )
 

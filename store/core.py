@@ -33,6 +33,8 @@ from store.listing import (
     parse_cursor,
     plan_list_query,
     read_list_reply,
+    validate_id_prefix,
+    validate_payload_filters,
 )
 from store.records import (
     ALL_STATES,
@@ -421,11 +423,15 @@ class StoreCore(EventSteps):
         cursor: str | None,
         limit: int,
         scan_budget: int,
+        payload: Mapping[str, str] | None = None,
+        id_prefix: str | None = None,
     ) -> Steps[ListResult]:
         plan = plan_list_query(
             self.keys, self.indexes, queue, name, states, metadata, order_by, order
         )
         parse_cursor(cursor)  # a malformed cursor is refused even when nothing can match
+        payload = validate_payload_filters(payload)  # refused even when nothing can match
+        id_prefix = validate_id_prefix(id_prefix)
         if plan.empty:
             return ListResult([], None)
         args = list_script_args(
@@ -439,6 +445,8 @@ class StoreCore(EventSteps):
             sources=plan.sources,
             metadata=plan.metadata,
             chunked=plan.chunked,
+            id_prefix=id_prefix,
+            payload=payload,
         )
         page = read_list_reply((yield run("list", *args)))
         items = [

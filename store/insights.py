@@ -26,6 +26,8 @@ from store.listing import (
     parse_cursor,
     plan_state_query,
     read_list_reply,
+    validate_id_prefix,
+    validate_payload_filters,
 )
 from store.records import JobRecord, ListResult
 
@@ -284,6 +286,9 @@ class InsightOperations:
         cursor: str | None = None,
         limit: int = 50,
         scan_budget: int = DEFAULT_SCAN_BUDGET,
+        *,
+        payload: Mapping[str, str] | None = None,
+        id_prefix: str | None = None,
     ) -> StateListResult:
         """One page of jobs in ``states``, read from the sets that hold exactly those states.
 
@@ -297,6 +302,8 @@ class InsightOperations:
             self.keys, states, queue, name, metadata, order, self._queue_names()
         )
         parse_cursor(cursor)  # a malformed cursor is refused even when nothing can match
+        payload = validate_payload_filters(payload)
+        id_prefix = validate_id_prefix(id_prefix)
         if plan.empty:
             return StateListResult(
                 [], None, route=plan.route, order_field=plan.order_field, residual=plan.residual
@@ -312,6 +319,8 @@ class InsightOperations:
             sources=plan.sources,
             metadata=plan.metadata,
             strip=plan.strip,
+            id_prefix=id_prefix,
+            payload=payload,
         )
         page = read_list_reply(self._run("list", *args))
         items: list[JobRecord] = []
@@ -389,6 +398,9 @@ class InsightOperations:
         cursor: str | None = None,
         limit: int = 50,
         scan_budget: int = DEFAULT_SCAN_BUDGET,
+        *,
+        payload: Mapping[str, str] | None = None,
+        id_prefix: str | None = None,
     ) -> StateListResult:
         """Failed jobs of one error group, by the time of that failure (``finished_at``).
 
@@ -408,6 +420,8 @@ class InsightOperations:
             states="failed",
             sources=[self.keys.error_jobs(group)],
             metadata=plan.metadata,
+            id_prefix=id_prefix,
+            payload=payload,
         )
         page = read_list_reply(self._run("list", *args))
         items = [

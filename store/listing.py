@@ -20,6 +20,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from store.codec import check_text, validate_metadata
 from store.errors import (
@@ -70,6 +71,66 @@ def parse_cursor(cursor: str | None) -> tuple[str, str] | None:
     return match.group(1), match.group(2)
 
 
+#: Payload predicates one list call checks at most, and their bounds.
+PAYLOAD_FILTERS_MAX = 8
+PAYLOAD_PATH_MAX = 200
+PAYLOAD_PATH_DEPTH = 8
+PAYLOAD_VALUE_MAX = 1000
+ID_PREFIX_MAX = 512
+
+
+def validate_payload_filters(payload: Any) -> dict[str, str]:
+    """``{path: value}`` payload predicates, checked (``InvalidRequestError`` otherwise).
+
+    A path is dot-separated object keys and 0-based array indexes (``order.lines.0.sku``);
+    a row matches when the JSON value there, as text, equals ``value`` (strings as they
+    are, integers without a fraction, ``true``/``false``/``null``), or, for an array,
+    when one of its items does.
+    """
+    if payload is None:
+        return {}
+    if not isinstance(payload, Mapping):
+        raise InvalidRequestError(
+            f"payload filters must be a mapping of path to value, got {type(payload).__name__}"
+        )
+    if len(payload) > PAYLOAD_FILTERS_MAX:
+        raise InvalidRequestError(
+            f"at most {PAYLOAD_FILTERS_MAX} payload filters, got {len(payload)}"
+        )
+    out: dict[str, str] = {}
+    for path, value in payload.items():
+        if not isinstance(path, str) or not isinstance(value, str):
+            raise InvalidRequestError(
+                f"payload filter paths and values must be strings, got {path!r}: {value!r}"
+            )
+        segments = path.split(".")
+        if not path or len(path) > PAYLOAD_PATH_MAX or any(not seg for seg in segments):
+            raise InvalidRequestError(
+                f"payload path {path[:60]!r} is not a dotted path of keys (1-{PAYLOAD_PATH_MAX}"
+                " characters, no empty segment)"
+            )
+        if len(segments) > PAYLOAD_PATH_DEPTH:
+            raise InvalidRequestError(
+                f"payload path {path[:60]!r} is deeper than {PAYLOAD_PATH_DEPTH} levels"
+            )
+        if len(value) > PAYLOAD_VALUE_MAX:
+            raise InvalidRequestError(
+                f"payload filter value is longer than {PAYLOAD_VALUE_MAX} characters"
+            )
+        out[check_text(path, "payload path")] = check_text(value, "payload value")
+    return out
+
+
+def validate_id_prefix(id_prefix: Any) -> str:
+    if id_prefix is None:
+        return ""
+    if not isinstance(id_prefix, str) or len(id_prefix) > ID_PREFIX_MAX:
+        raise InvalidRequestError(
+            f"an id prefix must be a string of at most {ID_PREFIX_MAX} characters"
+        )
+    return check_text(id_prefix, "id prefix")
+
+
 def list_script_args(
     *,
     order: str,
@@ -83,6 +144,8 @@ def list_script_args(
     metadata: Mapping[str, str],
     strip: int = 0,
     chunked: bool = False,
+    id_prefix: str | None = None,
+    payload: Mapping[str, str] | None = None,
 ) -> list[object]:
     """ARGV of ``list.lua`` (its header documents them), from a planned query.
 
@@ -107,6 +170,10 @@ def list_script_args(
     for key, value in metadata.items():
         args.extend((key, value))
     args.extend((strip, "1" if chunked else "0"))
+    predicates = validate_payload_filters(payload)
+    args.extend((validate_id_prefix(id_prefix), len(predicates)))
+    for path, value in predicates.items():
+        args.extend((path, value))
     return args
 
 

@@ -108,6 +108,9 @@ class JobStore(Protocol):
         cursor: str | None = None,
         limit: int = 50,
         scan_budget: int = 2000,
+        *,
+        payload: Mapping[str, str] | None = None,
+        id_prefix: str | None = None,
     ) -> ListResult: ...
 
     def plan_list(

@@ -542,6 +542,9 @@ class RedisJobStore(
         cursor: str | None = None,
         limit: int = 50,
         scan_budget: int = DEFAULT_SCAN_BUDGET,
+        *,
+        payload: Mapping[str, str] | None = None,
+        id_prefix: str | None = None,
     ) -> ListResult:
         """One page of jobs, newest first by default, from the narrowest sorted structure.
 
@@ -550,10 +553,24 @@ class RedisJobStore(
         examines at most ``scan_budget`` rows: when residual filters (those the
         routed structure does not serve) leave the page short at that point, the
         result has ``truncated=True`` and a cursor that continues the scan.
+
+        ``payload`` (``{"order.id": "42"}``: dotted paths of the JSON payload, see
+        ``store.listing.validate_payload_filters``) and ``id_prefix`` are residual
+        filters too: checked per examined row, within the same budget.
         """
         return self._drive(
             self._list_steps(
-                queue, name, states, metadata, order_by, order, cursor, limit, scan_budget
+                queue,
+                name,
+                states,
+                metadata,
+                order_by,
+                order,
+                cursor,
+                limit,
+                scan_budget,
+                payload,
+                id_prefix,
             )
         )
 

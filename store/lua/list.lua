@@ -10,7 +10,10 @@
 --          then the length of a prefix every member carries before its job id
 --          (the waiting sets' 16-digit sequence; '' or absent = 0), then '1'
 --          when the sources are chunked sets (lib/chunks.lua: the all-jobs
---          set and the list indexes, scored by enqueued_at)
+--          set and the list indexes, scored by enqueued_at), then a job id
+--          prefix ('' or absent = none), then p, then p payload path/value
+--          pairs (a path is dot-separated object keys and 0-based array
+--          indexes; see payload_has)
 --
 -- Reply: {more, truncated, scanned, item_value, item_id, seen_value, seen_id,
 --         id1, pairs1, id2, pairs2, ...}
@@ -43,6 +46,49 @@ local f_meta = {}
 for i = 1, m do f_meta[ARGV[10 + n + 2 * i]] = ARGV[11 + n + 2 * i] end
 local strip = tonumber(ARGV[12 + n + 2 * m] or '') or 0
 local chunked = ARGV[13 + n + 2 * m] == '1'
+local f_prefix = ARGV[14 + n + 2 * m] or ''
+local p = tonumber(ARGV[15 + n + 2 * m] or '') or 0
+local f_payload = {}
+for i = 1, p do
+  local at = 14 + n + 2 * m + 2 * i
+  local path = {}
+  for seg in string.gmatch(ARGV[at], '[^.]+') do path[#path + 1] = seg end
+  f_payload[i] = { path = path, value = ARGV[at + 1] }
+end
+
+-- The text a JSON scalar is searched by: strings as they are, integers without
+-- a fraction, other numbers with up to 14 significant digits, true/false/null.
+local function scalar_text(v)
+  local t = type(v)
+  if t == 'string' then return v end
+  if t == 'number' then
+    if v == math.floor(v) and math.abs(v) < 1e15 then return string.format('%d', v) end
+    return string.format('%.14g', v)
+  end
+  if t == 'boolean' then return v and 'true' or 'false' end
+  if v == cjson.null then return 'null' end
+  return nil
+end
+
+-- The decoded payload holds value at path: an object key, or a 0-based index
+-- of an array; an array at the end of the path matches when one of its items does.
+local function payload_has(doc, path, value)
+  local v = doc
+  for _, seg in ipairs(path) do
+    if type(v) ~= 'table' then return false end
+    local nxt = v[seg]
+    if nxt == nil and string.match(seg, '^%d+$') then nxt = v[tonumber(seg) + 1] end
+    if nxt == nil then return false end
+    v = nxt
+  end
+  if type(v) == 'table' then
+    for _, item in ipairs(v) do
+      if scalar_text(item) == value then return true end
+    end
+    return false
+  end
+  return scalar_text(v) == value
+end
 
 -- before(a, b): a comes first in the requested order.
 local function before(sa, ia, sb, ib)
@@ -219,6 +265,14 @@ local function matches(jk, score)
       if meta[k] ~= v then return false end
     end
   end
+  if p > 0 then
+    local raw = get_long(jk, 'payload', redis.call('HGET', jk, 'payload'))
+    local ok, doc = pcall(cjson.decode, raw or '')
+    if not ok then return false end
+    for _, pred in ipairs(f_payload) do
+      if not payload_has(doc, pred.path, pred.value) then return false end
+    end
+  end
   return true
 end
 
@@ -243,7 +297,11 @@ while true do
   local job_id = best_id
   if strip > 0 then job_id = string.sub(best_id, strip + 1) end
   local jk = k_job(job_id)
-  local ok = matches(jk, best_score)
+  local ok = false
+  -- An id prefix is checked before the row is read (no read, no heal, for the rest).
+  if f_prefix == '' or string.sub(job_id, 1, #f_prefix) == f_prefix then
+    ok = matches(jk, best_score)
+  end
   if ok == nil then
     -- An orphan: heal this source and, for a state set, take back the counter
     -- the job held.

@@ -20,10 +20,11 @@ MODULES = (
     "test_admin",
     "test_counts",
     "test_list",
+    "test_list_search",
     "test_events",
 )
 #: Fixtures those modules define for themselves (collected with their tests).
-MODULE_FIXTURES: set[str] = set()
+MODULE_FIXTURES: set[str] = {"seeded"}
 #: Tests left out (see the module docstring).
 LEFT_OUT_FIXTURES = {"bulk", "matrix"}
 
