@@ -15,6 +15,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 
 from mqadmin import actions, services
 from mqadmin.queries.explorer import ORDER_CHOICES, STATES, JobQuery, auto_order
+from mqadmin.search import MAX_SEARCH, PAYLOAD_SEARCH_DENIED, Search, parse_search
 from store.errors import InvalidCursorError
 from store.listing import parse_cursor
 
@@ -197,8 +198,13 @@ class JobFilterForm(forms.Form):
     error = forms.RegexField(
         required=False,
         regex=r"^[0-9a-f]{16}$",
-        error_messages={"invalid": "“error” must be an error group id (16 hex digits)."},
+        error_messages={
+            "invalid": "“error” must be an error group id (16 hex digits); to find failures "
+            "by their error text, search for error:<text>."
+        },
     )
+    #: The search box (mqadmin/search.py): ids, error:, args.<path>:, meta.<key>: terms.
+    q = forms.CharField(required=False, max_length=MAX_SEARCH, strip=True)
 
     def __init__(self, *args: Any, user: Any = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -214,6 +220,15 @@ class JobFilterForm(forms.Form):
                 # Which jobs match would tell whether a guessed (hidden) value is right.
                 raise ValidationError(METADATA_FILTER_DENIED)
         return pairs
+
+    def clean_q(self) -> Search:
+        search = parse_search(_plain_text(self.cleaned_data["q"], "search"))
+        if (search.payload or search.metadata) and self.user is not None:
+            from mqadmin import permissions
+
+            if not permissions.can_view_payload(self.user):
+                raise ValidationError(PAYLOAD_SEARCH_DENIED)
+        return search
 
     def clean_queue(self) -> str:
         return _plain_text(self.cleaned_data["queue"], "queue")
@@ -238,6 +253,7 @@ class JobFilterForm(forms.Form):
         if error and state_tuple is None:
             state_tuple = ("failed",)  # an error filter lists failed jobs
         requested = data.get("order_by") or "auto"
+        search: Search = data.get("q") or Search()
         return JobQuery(
             store=data.get("store") or default_store,
             queue=data.get("queue") or None,
@@ -251,6 +267,11 @@ class JobFilterForm(forms.Form):
             limit=data.get("limit") or DEFAULT_LIMIT,
             cursor=data.get("cursor"),
             before=data.get("before"),
+            search=search.text,
+            payload=search.payload,
+            search_metadata=search.metadata,
+            id_prefix=search.id_text or None,
+            error_text=search.error_text or None,
         )
 
 
@@ -271,6 +292,7 @@ def query_string(query: JobQuery, **overrides: Any) -> str:
         "cursor": query.cursor,
         "before": query.before,
         "error": query.error,
+        "q": query.search or None,
     }
     values.update(overrides)
     for key, value in values.items():

@@ -349,6 +349,49 @@ class InsightOperations:
         ids = self._command("error_groups", "zrevrange", self.keys.errors(), 0, limit - 1)
         return self._load_groups(list(ids))
 
+    def find_error_groups(
+        self, text: str, *, messages: bool = True, limit: int = 50
+    ) -> list[ErrorGroup]:
+        """Error groups whose type (with its module) or, with ``messages``, example message
+        contains ``text`` (case-insensitive), most recently seen first.
+
+        Reads the kept groups (at most ERRORS_MAX_GROUPS, 1,000) in pages of 200 (ZREVRANGE,
+        then one pipelined HMGET per group), never a job.
+        """
+        if not isinstance(text, str) or not text.strip():
+            raise InvalidRequestError("an error search needs some text")
+        needle = text.strip().casefold()
+        limit = max(1, min(int(limit), ERROR_GROUPS_MAX_PAGE))
+        matched: list[str] = []
+        start = 0
+        while len(matched) < limit:
+            ids = list(
+                self._command(
+                    "error_groups", "zrevrange", self.keys.errors(), start, start + 199
+                )
+            )
+            if not ids:
+                break
+            start += len(ids)
+            pipe = self.client.pipeline(transaction=False)
+            for gid in ids:
+                pipe.hmget(self.keys.error(gid), "type", "module", "message")
+            try:
+                rows = pipe.execute()
+            except Exception as exc:
+                raise JobStoreError(f"find_error_groups failed: {exc}", exc) from exc
+            for gid, (etype, module, message) in zip(ids, rows, strict=True):
+                haystack = f"{module or ''}.{etype or ''}"
+                if messages:
+                    haystack += "\0" + (message or "")
+                if needle in haystack.casefold():
+                    matched.append(gid)
+                    if len(matched) >= limit:
+                        break
+            if len(ids) < 200:
+                break
+        return self._load_groups(matched)
+
     def error_group(self, group: str) -> ErrorGroup | None:
         if not isinstance(group, str) or not _GROUP_ID.match(group):
             raise InvalidRequestError(f"not an error group id: {str(group)[:40]!r}")

@@ -83,6 +83,14 @@ class JobQuery:
     order_auto: bool = False
     #: An error group id: only failed jobs of that error (from the group's job set).
     error: str | None = None
+    #: The search box's text (kept in permalinks) and what it asks for beyond the form's
+    #: filters (mqadmin/search.py): payload and metadata predicates, an id prefix, and an
+    #: error text the view resolves to an error group.
+    search: str = ""
+    payload: Mapping[str, str] = field(default_factory=dict)
+    search_metadata: Mapping[str, str] = field(default_factory=dict)
+    id_prefix: str | None = None
+    error_text: str | None = None
 
     @property
     def by_state(self) -> bool:
@@ -100,13 +108,24 @@ class JobQuery:
     def reversed_order(self) -> str:
         return "asc" if self.order == "desc" else "desc"
 
+    @property
+    def all_metadata(self) -> dict[str, str]:
+        return {**self.metadata, **self.search_metadata}
+
+    @property
+    def searching(self) -> bool:
+        """Row predicates beyond the form's filters (the counters cannot count them)."""
+        return bool(self.payload or self.search_metadata or self.id_prefix)
+
     def list_kwargs(self) -> dict[str, Any]:
         return {
             "queue": self.queue,
             "name": self.name,
             "states": list(self.states) if self.states is not None else None,
-            "metadata": dict(self.metadata) or None,
+            "metadata": self.all_metadata or None,
             "order_by": self.order_by,
+            "payload": dict(self.payload) or None,
+            "id_prefix": self.id_prefix,
         }
 
     def describe(self) -> str:
@@ -118,9 +137,14 @@ class JobQuery:
             parts.append(f"name={self.name}")
         if self.error:
             parts.append(f"error={self.error}")
+        elif self.error_text:
+            parts.append(f"error~{self.error_text}")
         if self.states is not None:
             parts.append("states=" + ",".join(self.states))
-        parts.extend(f"meta {key}={value}" for key, value in self.metadata.items())
+        parts.extend(f"meta {key}={value}" for key, value in self.all_metadata.items())
+        parts.extend(f"args.{path}={value}" for path, value in self.payload.items())
+        if self.id_prefix:
+            parts.append(f"id^={self.id_prefix}")
         parts.append(f"order={self.order_by} {self.order}")
         return " ".join(parts)
 
@@ -180,6 +204,13 @@ def plan_query(job_store: Any, query: JobQuery) -> QueryPlan:
     """Route ``query`` like the store will (raises :class:`QueryRefused` when it cannot)."""
 
     kwargs = query.list_kwargs()
+    if query.error_text and not query.error:
+        # Never list (or act on) every job when an error: search named no single group.
+        raise QueryRefused(
+            f"The search error:{query.error_text} does not name one kind of failure: open the "
+            "failures it matches from the job list and pick one.",
+            "q",
+        )
     if query.error:
         if query.order_by != "finished_at" or query.states != ("failed",):
             raise QueryRefused(
@@ -189,11 +220,11 @@ def plan_query(job_store: Any, query: JobQuery) -> QueryPlan:
             )
         residual = tuple(
             label for label, value in (("queue", query.queue), ("name", query.name)) if value
-        ) + (("metadata",) if query.metadata else ())
+        ) + (("metadata",) if query.all_metadata else ())
         return QueryPlan(
             route=f"error:{query.error}",
             source="the failed jobs of this error group (kept at fail time, newest 10,000)",
-            residual=residual,
+            residual=residual + search_residual(query),
             order_label=ORDER_LABELS["finished_at"],
         )
     try:
@@ -226,9 +257,17 @@ def plan_query(job_store: Any, query: JobQuery) -> QueryPlan:
     return QueryPlan(
         route=plan.route,
         source=_route_words(plan.route, query.states),
-        residual=tuple(plan.residual),
+        residual=tuple(plan.residual) + search_residual(query),
         order_label=ORDER_LABELS[query.order_by],
     )
+
+
+def search_residual(query: JobQuery) -> tuple[str, ...]:
+    """The search's row predicates, in words (the plan's residual filters)."""
+    words = tuple(f"payload {path}" for path in query.payload)
+    if query.id_prefix:
+        words += ("id prefix",)
+    return words
 
 
 def _check_order_states(query: JobQuery) -> None:
@@ -419,6 +458,8 @@ def fetch_page(
                 cursor=cursor,
                 limit=limit,
                 scan_budget=scan_budget,
+                payload=kwargs["payload"],
+                id_prefix=kwargs["id_prefix"],
             )
         if query.by_state:
             _check_order_states(query)
@@ -431,6 +472,8 @@ def fetch_page(
                 cursor=cursor,
                 limit=limit,
                 scan_budget=scan_budget,
+                payload=kwargs["payload"],
+                id_prefix=kwargs["id_prefix"],
             )
         return job_store.list(
             **kwargs, order=order, cursor=cursor, limit=limit, scan_budget=scan_budget
@@ -445,7 +488,7 @@ def fetch_page(
 
 def counter_total(job_store: Any, query: JobQuery) -> int | None:
     """The exact match count when the filter is only queue and/or states (O(1) counters)."""
-    if query.name or query.metadata or query.error:
+    if query.name or query.all_metadata or query.error or query.searching:
         return None
     counts = job_store.counts(query.queue) if query.queue else job_store.counts()
     states = query.states if query.states is not None else STATES
@@ -469,3 +512,45 @@ def error_group(store_name: str, group: str) -> Any | None:
     job_store = open_store(store_name)
     with reaching(store_name):
         return job_store.error_group(group)
+
+
+def find_error_groups(store_name: str, text: str, messages: bool) -> list[Any]:
+    """Error groups matching a search's ``error:`` text (see ``find_error_groups``)."""
+    job_store = open_store(store_name)
+    with reaching(store_name):
+        return list(job_store.find_error_groups(text, messages=messages))
+
+
+def exact_job(store_name: str, job_id: str) -> bool:
+    job_store = open_store(store_name)
+    with reaching(store_name):
+        return job_store.get_job(job_id) is not None
+
+
+#: Rows of a page whose payloads suggest the search box's ``args.`` paths.
+PATH_SAMPLE = 20
+
+
+def search_suggestions(rows: list[Any]) -> list[str]:
+    """``args.<path>:`` completions from the payloads of a page's first rows."""
+    from mqadmin.search import payload_paths
+
+    return [f"args.{path}:" for path in payload_paths([job.payload for job in rows[:PATH_SAMPLE]])]
+
+
+def with_error_group(query: JobQuery, group: str) -> JobQuery:
+    """``query`` narrowed to one error group's failed jobs (a resolved ``error:`` search)."""
+    states = query.states if query.states is not None else ("failed",)
+    order_by = auto_order(states) if query.order_auto else query.order_by
+    return replace(query, error=group, states=states, order_by=order_by)
+
+
+def resolve_error_search(query: JobQuery, messages: bool) -> tuple[JobQuery, list[Any]]:
+    """The error groups an ``error:`` search matches, and ``query`` narrowed to the group
+    when exactly one does (otherwise unchanged: listing it is refused by ``plan_query``)."""
+    if not query.error_text or query.error:
+        return query, []
+    groups = find_error_groups(query.store, query.error_text, messages)
+    if len(groups) == 1:
+        return with_error_group(query, groups[0].id), groups
+    return query, groups

@@ -19,6 +19,7 @@ from django.views.decorators.http import require_GET, require_POST
 from mqadmin import actions, forms, permissions, services
 from mqadmin.models import AuditEntry
 from mqadmin.queries import bulk as queries
+from mqadmin.queries import explorer as explorer_queries
 from mqadmin.queries.explorer import QueryRefused
 from mqadmin.views.common import dashboard_view, denied, error_page, page
 
@@ -104,6 +105,10 @@ def bulk_preview(request: HttpRequest) -> HttpResponse:
     reason = permissions.bulk_denial(request.user, verb)
     if reason:
         return denied(request, reason)
+    # An error: search acts on its one kind of failure (refused when it names several).
+    query, _ = explorer_queries.resolve_error_search(
+        query, permissions.can_view_payload(request.user)
+    )
     try:
         preview = queries.bulk_preview(query)
     except QueryRefused as exc:
@@ -134,6 +139,10 @@ def bulk_run(request: HttpRequest) -> HttpResponse:
     reason = permissions.bulk_denial(request.user, verb)
     if reason:
         return _refuse(request, verb, query.store, target, reason)
+    # An error: search acts on its one kind of failure (refused when it names several).
+    query, _ = explorer_queries.resolve_error_search(
+        query, permissions.can_view_payload(request.user)
+    )
     try:
         run = queries.bulk_filter(query, verb, resume)
     except QueryRefused as exc:
