@@ -15,6 +15,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 
 from mqadmin import actions, services
 from mqadmin.queries.explorer import ORDER_CHOICES, STATES, JobQuery, auto_order
+from mqadmin.queries.operations import FAILURE_SORTS, FAILURE_WINDOW_LABELS, FailureFilters
 from mqadmin.search import MAX_SEARCH, PAYLOAD_SEARCH_DENIED, Search, parse_search
 from store.errors import InvalidCursorError
 from store.listing import parse_cursor
@@ -455,7 +456,47 @@ class OutboxPageForm(forms.Form):
 
 
 class FailuresForm(forms.Form):
+    """The failures page's query string: store, order and filters over the error groups."""
+
     store = StoreField(required=False)
+    sort = forms.ChoiceField(
+        required=False,
+        choices=list(FAILURE_SORTS.items()),
+        error_messages={
+            "invalid_choice": "“%(value)s” is not a sort (use last_seen, count or first_seen)."
+        },
+    )
+    order = forms.ChoiceField(
+        required=False,
+        choices=[("desc", "descending"), ("asc", "ascending")],
+        error_messages={"invalid_choice": "“%(value)s” is not a direction (use desc or asc)."},
+    )
+    queue = forms.CharField(required=False, max_length=MAX_TEXT)
+    name = forms.CharField(required=False, max_length=MAX_TEXT)
+    window = forms.ChoiceField(
+        required=False,
+        choices=list(FAILURE_WINDOW_LABELS.items()),
+        error_messages={
+            "invalid_choice": "“%(value)s” is not a time window (use 1h, 24h, 7d or all)."
+        },
+    )
+
+    def clean_queue(self) -> str:
+        return _plain_text(self.cleaned_data["queue"], "queue")
+
+    def clean_name(self) -> str:
+        return _plain_text(self.cleaned_data["name"], "job name")
+
+    def to_filters(self, store: str) -> FailureFilters:
+        data = self.cleaned_data
+        return FailureFilters(
+            store=store,
+            sort=data.get("sort") or "last_seen",
+            order=data.get("order") or "desc",
+            queue=data.get("queue") or "",
+            name=data.get("name") or "",
+            window=data.get("window") or "all",
+        )
 
 
 class AuditFilterForm(forms.Form):

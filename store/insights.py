@@ -98,12 +98,12 @@ _GROUP_ID = re.compile(r"^[0-9a-f]{16}$")
 
 @dataclass(frozen=True)
 class ErrorGroup:
-    """Failures of one error type and message (digits folded), aggregated at fail time."""
+    """Failures of one error type and normalised message, aggregated at fail time."""
 
     id: str
     type: str
     module: str
-    #: The first message seen (messages differing only in digits share a group).
+    #: The first message seen (messages with the same ``pattern`` share a group).
     message: str
     count: int
     first_seen: int
@@ -113,6 +113,43 @@ class ErrorGroup:
     last_name: str
     #: Failed-job ids the group keeps (the newest 10,000), for listing and bulk retry.
     jobs_kept: int = 0
+    #: The normalised message the group is keyed by ("" for groups recorded before
+    #: messages were normalised: those folded digits only, to "#").
+    pattern: str = ""
+    #: Failures per queue and per job name, for at most ERROR_GROUP_MAX_PLACES of each;
+    #: ``*_overflow`` counts failures in queues (names) beyond those.
+    queues: dict[str, int] = field(default_factory=dict)
+    names: dict[str, int] = field(default_factory=dict)
+    queues_overflow: int = 0
+    names_overflow: int = 0
+
+    @property
+    def queue_counts(self) -> list[tuple[str, int]]:
+        """(queue, failures) pairs, most failures first."""
+        return sorted(self.queues.items(), key=lambda item: (-item[1], item[0]))
+
+    @property
+    def name_counts(self) -> list[tuple[str, int]]:
+        """(job name, failures) pairs, most failures first."""
+        return sorted(self.names.items(), key=lambda item: (-item[1], item[0]))
+
+    @property
+    def tracks_places(self) -> bool:
+        """Whether the group counts its queues and names (older groups know only the last)."""
+        return bool(self.queues or self.names or self.queues_overflow or self.names_overflow)
+
+    def may_have_failed_in(self, queue: str | None = None, name: str | None = None) -> bool:
+        """Whether a failure of this group was in ``queue`` and of job ``name`` (each
+        optional).  True when the queue (name) is counted, or when the group has seen more
+        places than it counts; groups recorded before places were counted compare with
+        ``last_queue`` / ``last_name`` only."""
+        if not self.tracks_places:
+            return (queue is None or queue == self.last_queue) and (
+                name is None or name == self.last_name
+            )
+        in_queue = queue is None or queue in self.queues or self.queues_overflow > 0
+        of_name = name is None or name in self.names or self.names_overflow > 0
+        return in_queue and of_name
 
     @property
     def qualified_type(self) -> str:
@@ -121,14 +158,113 @@ class ErrorGroup:
         return self.type
 
 
+#: Bytes of a message that are grouped (``ERROR_MESSAGE_MAX`` in ``lua/lib/errors.lua``).
+ERROR_MESSAGE_MAX = 300
+#: Queues (and job names) a group counts its failures in (``ERROR_GROUPING.MAX_PLACES``).
+ERROR_GROUP_MAX_PLACES = 20
+
+# The rules of ``ERROR_GROUPING.normalise`` (lua/lib/errors.lua), as byte regexes: Lua's
+# frontier %f[S] is (?<![S])(?=[S]) and %f[^S] is (?<=[S])(?![S]); gsub and re.sub both
+# take leftmost, non-overlapping matches, and greedy repeats backtrack in the same order.
+_A = rb"A-Za-z0-9"
+_H = rb"[0-9a-fA-F]"
+_WORD_START = rb"(?<![" + _A + rb"])(?=[" + _A + rb"])"
+_WORD_END = rb"(?<=[" + _A + rb"])(?![" + _A + rb"])"
+_QUOTED = {
+    q: re.compile(rb"([^" + _A + rb"])" + q + rb"([^" + q + rb"]*)" + q) for q in (b"'", b'"')
+}
+_IDENTIFIER = re.compile(rb"[A-Za-z_][A-Za-z0-9_]*")
+_UUID = re.compile(_WORD_START + rb"-".join(_H * n for n in (8, 4, 4, 4, 12)) + _WORD_END)
+_EMAIL = re.compile(rb"[A-Za-z0-9._%+\-]+@[A-Za-z0-9.\-]+\.[A-Za-z]+")
+_HOST_PORT = re.compile(rb"(?<![A-Za-z0-9_])(?=[A-Za-z0-9_])([A-Za-z0-9_.\-]+):[0-9]+")
+_HOST_TOKEN = re.compile(rb"(?<![A-Za-z0-9_])(?=[A-Za-z0-9_])([A-Za-z0-9_.\-]+)")
+_TRAILING = re.compile(rb"(.*?)([.\-]*)", re.DOTALL)
+_IPV4 = re.compile(rb"[0-9]+\.[0-9]+\.[0-9]+\.[0-9]+")
+_HOSTNAME = re.compile(rb"[A-Za-z0-9][A-Za-z0-9.\-]*\.[A-Za-z]+")
+_HEX_PREFIXED = re.compile(_WORD_START + rb"0[xX]" + _H + rb"+" + _WORD_END)
+_HEX_RUN = re.compile(_WORD_START + rb"(" + _H + rb"+)" + _WORD_END)
+_HEX_LETTER = re.compile(rb"[a-fA-F]")
+_NUMBER = re.compile(rb"[0-9]+")
+
+
+_CUT_CHARACTER = re.compile(rb"[\xc0-\xff]?[\x80-\xbf]*\Z")
+
+
+def _cut(raw: bytes) -> bytes:
+    """The first ERROR_MESSAGE_MAX bytes, without a character the cut split (``ERROR_GROUPING.cut``)."""
+    cut = raw[:ERROR_MESSAGE_MAX]
+    if len(raw) > ERROR_MESSAGE_MAX and 0x80 <= raw[ERROR_MESSAGE_MAX] <= 0xBF:
+        cut = _CUT_CHARACTER.sub(b"", cut, count=1)
+    return cut
+
+
+def _is_host(name: bytes, with_port: bool) -> bool:
+    if _IPV4.fullmatch(name):
+        return True
+    if with_port and name == b"localhost":
+        return True
+    if not _HOSTNAME.fullmatch(name) or b".." in name:
+        return False
+    return name.count(b".") >= (1 if with_port else 2)
+
+
+def _normalise_bytes(raw: bytes) -> bytes:
+    text = b" " + raw
+    for q in (b"'", b'"'):
+
+        def fold(m: re.Match[bytes], q: bytes = q) -> bytes:
+            if _IDENTIFIER.fullmatch(m.group(2)):
+                return m.group(0)
+            return m.group(1) + q + "…".encode() + q
+
+        text = _QUOTED[q].sub(fold, text)
+    text = _UUID.sub(b"<uuid>", text)
+    text = _EMAIL.sub(b"<email>", text)
+    text = _HOST_PORT.sub(lambda m: b"<host>" if _is_host(m.group(1), True) else m.group(0), text)
+
+    def host_token(m: re.Match[bytes]) -> bytes:
+        split = _TRAILING.fullmatch(m.group(1))
+        assert split is not None  # (.*?)([.-]*) matches any token
+        name, rest = split.group(1), split.group(2)
+        return b"<host>" + rest if _is_host(name, False) else m.group(0)
+
+    text = _HOST_TOKEN.sub(host_token, text)
+    text = _HEX_PREFIXED.sub(b"<hex>", text)
+    text = _HEX_RUN.sub(
+        lambda m: (
+            b"<hex>" if len(m.group(1)) >= 8 and _HEX_LETTER.search(m.group(1)) else m.group(0)
+        ),
+        text,
+    )
+    text = _NUMBER.sub(b"<n>", text)
+    return text[1:]
+
+
+def normalise_error_message(message: str) -> str:
+    """The pattern an error message is grouped by (mirrors ``ERROR_GROUPING.normalise``).
+
+    The first ERROR_MESSAGE_MAX bytes, with quoted values, uuids, e-mail addresses,
+    hosts, hex ids and numbers replaced by placeholders (see docs/monitoring.md).
+    """
+    return _normalise_bytes(_cut(message.encode("utf-8"))).decode("utf-8", errors="replace")
+
+
+def _places(fields: Mapping[str, str], prefix: str) -> dict[str, int]:
+    """The ``q:<queue>`` (``n:<name>``) counters of a group hash, by queue (name)."""
+    return {
+        key[len(prefix) :]: int(value or 0)
+        for key, value in fields.items()
+        if key.startswith(prefix)
+    }
+
+
 def error_group_id(error_type: str, module: str, message: str) -> str:
     """The group id the fail path gives an error (mirrors ``lua/lib/errors.lua``)."""
     import hashlib
 
-    raw = message.encode("utf-8")[:300]
-    folded = re.sub(rb"[0-9]+", b"#", raw)
+    pattern = _normalise_bytes(_cut(message.encode("utf-8")))
     digest = hashlib.sha1(  # noqa: S324 - a grouping key, not a security measure
-        module.encode("utf-8") + b"\0" + error_type.encode("utf-8") + b"\0" + folded
+        module.encode("utf-8") + b"\0" + error_type.encode("utf-8") + b"\0" + pattern
     )
     return digest.hexdigest()[:16]
 
@@ -427,6 +563,11 @@ class InsightOperations:
                     last_queue=fields.get("last_queue", ""),
                     last_name=fields.get("last_name", ""),
                     jobs_kept=int(kept or 0),
+                    pattern=fields.get("pattern", ""),
+                    queues=_places(fields, "q:"),
+                    names=_places(fields, "n:"),
+                    queues_overflow=int(fields.get("queues_overflow") or 0),
+                    names_overflow=int(fields.get("names_overflow") or 0),
                 )
             )
         return groups

@@ -9,14 +9,16 @@ store that cannot be reached gets its row with the reason, the others show.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
+from urllib.parse import urlencode
 
 from mqadmin import cadence, services
 from mqadmin.queries.common import LIVE_WORKER_MS
 from mqadmin.services import open_store, reaching
 from store.consistency import KINDS, last_check
 from store.flows import outbox_entry_time
+from store.insights import ERROR_GROUPS_MAX_PAGE
 
 # ---------------------------------------------------------------------- outbox
 
@@ -123,24 +125,105 @@ def outbox_page(
 # ---------------------------------------------------------------------- failures
 
 
+#: Orders of the failures page: field of ErrorGroup -> its column's label.
+FAILURE_SORTS = {"last_seen": "last seen", "count": "failures", "first_seen": "first seen"}
+#: Time windows of the failures page (groups last seen within), in ms (None: all).
+FAILURE_WINDOWS: dict[str, int | None] = {
+    "all": None,
+    "1h": 3_600_000,
+    "24h": 24 * 3_600_000,
+    "7d": 7 * 24 * 3_600_000,
+}
+FAILURE_WINDOW_LABELS = {
+    "all": "any time",
+    "1h": "last hour",
+    "24h": "last 24 hours",
+    "7d": "last 7 days",
+}
+#: Groups the page reads: as many as one store call returns, sorted and filtered here.
+FAILURE_GROUPS = ERROR_GROUPS_MAX_PAGE
+
+
+@dataclass(frozen=True)
+class FailureFilters:
+    """The failures page's query: store, order and filters (validated by FailuresForm)."""
+
+    store: str
+    sort: str = "last_seen"
+    order: str = "desc"
+    queue: str = ""
+    name: str = ""
+    window: str = "all"
+
+    @property
+    def filtered(self) -> bool:
+        return bool(self.queue or self.name or self.window != "all")
+
+    def query(self, **overrides: str) -> str:
+        """This query string (defaults left out), with ``overrides`` applied."""
+        values = {**asdict(self), **overrides}
+        defaults = {"sort": "last_seen", "order": "desc", "queue": "", "name": "", "window": "all"}
+        return urlencode({k: v for k, v in values.items() if k == "store" or v != defaults.get(k)})
+
+    def sort_query(self, field: str) -> str:
+        """The query a column header links to: that column, descending first, then toggled."""
+        if field == self.sort:
+            return self.query(sort=field, order="asc" if self.order == "desc" else "desc")
+        return self.query(sort=field, order="desc")
+
+    @property
+    def sort_links(self) -> dict[str, str]:
+        return {field: self.sort_query(field) for field in FAILURE_SORTS}
+
+
 @dataclass
 class FailuresView:
     store: str
     groups: list[Any]
     failed_total: int
     now: int
+    filters: FailureFilters = field(default_factory=lambda: FailureFilters(""))
+    #: Groups read from the store (the most recently seen, at most FAILURE_GROUPS).
+    read: int = 0
+
+    @property
+    def capped(self) -> bool:
+        """Whether older groups exist beyond what was read (the store keeps up to 1,000)."""
+        return self.read >= FAILURE_GROUPS
 
 
-FAILURE_GROUPS = 100
+def select_groups(groups: list[Any], filters: FailureFilters, now: int) -> list[Any]:
+    """The groups matching the filters, in the requested order (ties by id: a stable page)."""
+    window = FAILURE_WINDOWS[filters.window]
+    since = None if window is None else now - window
+    kept = [
+        g
+        for g in groups
+        if (since is None or g.last_seen >= since)
+        and g.may_have_failed_in(queue=filters.queue or None, name=filters.name or None)
+    ]
+    kept.sort(key=lambda g: g.id)
+    kept.sort(key=lambda g: getattr(g, filters.sort), reverse=filters.order == "desc")
+    return kept
 
 
-def failures_view(store_name: str) -> FailuresView:
-    """A store's failures grouped by error type and message (from the fail-time aggregates)."""
+def failures_view(store_name: str, filters: FailureFilters | None = None) -> FailuresView:
+    """A store's failures grouped by error type and normalised message (fail-time aggregates),
+    sorted and filtered over the FAILURE_GROUPS groups seen most recently."""
+    filters = filters or FailureFilters(store_name)
     job_store = open_store(store_name)
     with reaching(store_name):
         groups = job_store.error_groups(limit=FAILURE_GROUPS)
         failed = job_store.counts().get("failed", 0)
-    return FailuresView(store_name, groups, int(failed), job_store.now())
+    now = job_store.now()
+    return FailuresView(
+        store_name,
+        select_groups(groups, filters, now),
+        int(failed),
+        now,
+        filters=filters,
+        read=len(groups),
+    )
 
 
 # ---------------------------------------------------------------------- workers

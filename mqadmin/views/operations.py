@@ -41,20 +41,31 @@ def outbox(request: HtmxHttpRequest) -> HttpResponse:
 @require_GET
 @dashboard_view
 def failures(request: HtmxHttpRequest) -> HttpResponse:
-    """Failed jobs of one store grouped by error type and message, latest first.
+    """Failed jobs of one store grouped by error type and normalised message.
 
     Read from the aggregates the fail path keeps (one hash per error group), never by
-    scanning jobs; each group links to its failed jobs and to a bulk-retry preview.
+    scanning jobs; the groups seen most recently are sorted (last seen, count, first
+    seen) and filtered (queue, job name, last seen within a window) here.  Each group
+    links to its failed jobs and to a bulk-retry preview.
     """
     form = forms.FailuresForm(request.GET)
     if not form.is_valid():
         return error_page(request, 400, "Bad failures request", forms.form_errors(form))
     names = services.store_names()
     store_name = form.cleaned_data.get("store") or (names[0] if names else "default")
-    view = queries.failures_view(store_name)
-    return page(
-        request, "mqadmin/failures.html", {"view": view, "store": store_name}, partial="groups"
-    )
+    view = queries.failures_view(store_name, form.to_filters(store_name))
+    context = {
+        "view": view,
+        "store": store_name,
+        "sort_labels": {"last_seen": "last seen", "count": "failures", "first_seen": "first seen"},
+        "sort_columns": [
+            ("count", "Failures"),
+            ("last_seen", "Last seen"),
+            ("first_seen", "First seen"),
+        ],
+        "window_labels": queries.FAILURE_WINDOW_LABELS,
+    }
+    return page(request, "mqadmin/failures.html", context, partial="groups")
 
 
 @require_GET

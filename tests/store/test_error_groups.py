@@ -1,4 +1,4 @@
-"""Per-error aggregates kept at fail time: groups by error type and message (digits folded),
+"""Per-error aggregates kept at fail time: groups by error type and normalised message,
 with counts, first/last seen and the failed jobs of each group, bounded in size."""
 
 from __future__ import annotations
