@@ -502,9 +502,7 @@ class InsightOperations:
         start = 0
         while len(matched) < limit:
             ids = list(
-                self._command(
-                    "error_groups", "zrevrange", self.keys.errors(), start, start + 199
-                )
+                self._command("error_groups", "zrevrange", self.keys.errors(), start, start + 199)
             )
             if not ids:
                 break
