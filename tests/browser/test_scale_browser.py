@@ -136,3 +136,75 @@ def test_oldest_runnable_and_worker_presence_at_100k_jobs(
     shot(page, "scale-workers")
     assert "Queues no live worker consumes" in page.inner_text("#workers")
     assert not console.errors, console.errors
+
+
+def _result_ids(page: Any) -> list[str]:
+    return page.locator("#results table.jobs td.id a").evaluate_all(
+        "els => els.map(a => a.getAttribute('title'))"
+    )
+
+
+def _search_until_found(page: Any, pages_max: int = 12) -> tuple[list[str], int]:
+    """Follow "Continue scanning" until a page has rows; returns (ids, continues followed)."""
+    followed = 0
+    while True:
+        ids = _result_ids(page)
+        if ids or followed >= pages_max:
+            return ids, followed
+        note = page.locator(".scan-note")
+        assert note.count() == 1, "no rows and no scan note"
+        assert "Scanned 2,000 rows" in note.inner_text()
+        before = page.url
+        note.locator("a.continue").click()
+        page.wait_for_function("before => location.href !== before", arg=before)
+        page.wait_for_selector("#results")
+        followed += 1
+
+
+def test_search_finds_a_failed_job_by_error_text_and_payload_at_100k_jobs(
+    page: Any, live_server: Any, scale: Seeded, console: ConsoleLog
+) -> None:
+    base = live_server.url
+    main = services.get_named_store("main")
+    # The oracle, read without the search: every failed export job, filtered here.
+    expected: list[str] = []
+    timeouts: list[str] = []
+    cursor = None
+    while True:
+        result = main.list_by_state(["failed"], queue="export", cursor=cursor, limit=200)
+        for job in result.items:
+            if job.payload == {"n": 14}:
+                expected.append(job.id)
+                if "timed out" in str(job.exit):
+                    timeouts.append(job.id)
+        cursor = result.cursor
+        if cursor is None:
+            break
+    assert len(expected) == 1 and timeouts == expected  # n=14 is the 15th run: a timeout
+
+    log_in(page, base, "/")
+    # Error text from the header box: one kind of failure, its failed jobs, then the payload.
+    page.locator("#lookup-id").fill("error:timed out args.n:14")
+    page.locator("#lookup-id").press("Enter")
+    page.wait_for_url(re.compile(r"/jobs/\?"))
+    assert "TimeoutError" in page.inner_text(".error-filter")
+    found, continues = _search_until_found(page)
+    shot(page, "scale-search-error-payload")
+    assert found == expected, (found, continues)
+    assert "payload n" in page.inner_text(".plan")
+
+    # A payload value alone, on the failed jobs: bounded pages of 2,000 rows and "continue".
+    page.goto(base + "/jobs/?store=main&state=failed")
+    page.locator("#f-q").fill("args.n:14")
+    page.get_by_role("button", name="Apply filters").click()
+    page.wait_for_function("() => location.search.includes('q=')")
+    found, continues = _search_until_found(page)
+    shot(page, "scale-search-payload")
+    assert found == expected
+    assert continues >= 1  # the job is older than the first 2,000 failures scanned
+    # The exact id opens the job.
+    page.locator("#lookup-id").fill(expected[0])
+    page.locator("#lookup-id").press("Enter")
+    page.wait_for_selector("#job-summary")
+    assert expected[0] in page.url
+    assert not console.errors, console.errors
