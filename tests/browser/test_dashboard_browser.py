@@ -131,9 +131,9 @@ def test_log_in_filter_page_open_retry_and_watch_a_job(
     page.go_back()
     assert wait_for_rows_change(page, second) == first
 
-    # Open a job by its id; it failed with a traceback.
-    page.get_by_label("Job id").fill(demo.flaky)
-    page.get_by_role("button", name="Open").click()
+    # Open a job by its id from the header's search box; it failed with a traceback.
+    page.get_by_label("Search jobs").fill(demo.flaky)
+    page.get_by_role("button", name="Search", exact=True).click()
     page.wait_for_url(re.compile(rf"/stores/main/jobs/{re.escape(demo.flaky)}$"))
     assert page.locator("#job-summary").get_attribute("data-state") == "failed"
     assert "ConnectionResetError" in page.locator("section.failure").inner_text()
