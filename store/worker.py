@@ -100,6 +100,9 @@ logger = logging.getLogger(__name__)
 
 JobHook = Callable[[], None]
 PRESENCE_INTERVAL_MS = 10_000
+#: A busy worker announces itself this often when its totals or jobs in flight changed
+#: (the workers page shows what it has done within seconds, not at the next interval).
+PRESENCE_REFRESH_MS = 2_000
 #: How often a worker reads the operator's command for it (quiet, stop; ``control_worker``).
 CONTROL_INTERVAL_MS = 1_000
 # How often a busy taker re-reads its resolver's names (an idle one re-reads on every empty claim).
@@ -1355,28 +1358,40 @@ class Worker:
                     )
                 except Exception:
                     logger.debug("announcing worker presence failed", exc_info=True)
-                await self._presence_pause()
+                await self._presence_pause(self._presence_mark())
         finally:
             with contextlib.suppress(Exception):
                 self.store.unregister_worker(self.worker_id)
 
-    async def _presence_pause(self) -> None:
-        """PRESENCE_INTERVAL_MS, or less when the worker's state changed (announce it now)."""
+    def _presence_mark(self) -> tuple[Any, ...]:
+        """What an announcement says that changes as the worker works."""
+        return (tuple(self.stats.values()), tuple(self._in_flight))
+
+    async def _presence_pause(self, announced: tuple[Any, ...]) -> None:
+        """Until the next announcement: PRESENCE_INTERVAL_MS; at once when the worker's state
+        changed (quiet, resumed); after PRESENCE_REFRESH_MS when its totals or jobs in flight
+        changed since ``announced``."""
+        assert self._announce is not None
         announce = self._announce
-        if announce is None:
-            await sleep_ms(self.clock, PRESENCE_INTERVAL_MS)
-            return
-        waiters = [
-            asyncio.ensure_future(announce.wait()),
-            asyncio.ensure_future(sleep_ms(self.clock, PRESENCE_INTERVAL_MS)),
-        ]
-        try:
-            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for w in waiters:
-                w.cancel()
-            await asyncio.gather(*waiters, return_exceptions=True)
-        announce.clear()
+        waited = 0
+        while waited < PRESENCE_INTERVAL_MS:
+            step = min(PRESENCE_REFRESH_MS, PRESENCE_INTERVAL_MS - waited)
+            waiters = [
+                asyncio.ensure_future(announce.wait()),
+                asyncio.ensure_future(sleep_ms(self.clock, step)),
+            ]
+            try:
+                await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for w in waiters:
+                    w.cancel()
+                await asyncio.gather(*waiters, return_exceptions=True)
+            if announce.is_set():
+                announce.clear()
+                return
+            waited += step
+            if self._presence_mark() != announced:
+                return
 
     async def _recover_stalled(self) -> None:
         recovered = await self._store_call(
