@@ -20,6 +20,7 @@ from django.core.management import call_command
 
 from mqadmin import services
 from tests.browser.conftest import ConsoleLog, shot
+from tests.browser.test_a11y_browser import AXE, describe, run_axe
 from tests.browser.test_dashboard_browser import PASSWORD, log_in
 from tests.conftest import delete_prefix
 
@@ -116,6 +117,9 @@ def test_seed_demo_then_jobs_complete_on_the_dashboard(
         page.reload()
     assert re.search(r"completed [\d,]+", totals.inner_text()), totals.inner_text()
     shot(page, "demo-02-workers")
+    if AXE.exists():  # the controls column too (the other axe tests have no live worker)
+        violations = run_axe(page)
+        assert not violations, describe(violations)
     row.get_by_role("button", name="Quiet").click()  # the confirm() is accepted
     page.wait_for_selector(f'tr[data-worker="{demo_worker}"][data-state="quiet"]')
     page.locator(f'tr[data-worker="{demo_worker}"]').get_by_role("button", name="Resume").click()
