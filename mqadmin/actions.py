@@ -66,6 +66,7 @@ VIEW_PAYLOAD = Grant("view_payload", "Can see job payloads, exits and metadata v
 TRIGGER_SCHEDULE = Grant("trigger_schedule", "Can trigger a schedule now")
 REMOVE_SCHEDULE = Grant("remove_schedule", "Can remove schedules")
 CHANGE_LIMITS = Grant("change_limits", "Can change queue limits")
+CONTROL_WORKER = Grant("control_worker", "Can quiet, resume and stop workers")
 
 #: Every permission of the dashboard, in the order of the migration: append new ones
 #: (reordering them makes Django write a migration that only reorders).
@@ -80,6 +81,7 @@ GRANTS: tuple[Grant, ...] = (
     TRIGGER_SCHEDULE,
     REMOVE_SCHEDULE,
     CHANGE_LIMITS,
+    CONTROL_WORKER,
 )
 
 #: The permission name a bulk run needs besides its verb's own.
@@ -148,7 +150,18 @@ SCHEDULE = Target(
     gone_page=lambda store: reverse("mqadmin:schedules"),
 )
 
-TARGETS: dict[str, Target] = {target.kind: target for target in (JOB, QUEUE, SCHEDULE)}
+WORKER = Target(
+    kind="worker",
+    field="worker_id",
+    url_name="mqadmin:worker_action",
+    invalid_title="Cannot {verb} that worker",
+    missing="Cannot {verb} worker {target}: no live worker by that id (it stopped?).",
+    in_state="Cannot {verb} worker {target}: it is {state}.",
+    page=lambda store, target: reverse("mqadmin:workers"),
+    gone_page=lambda store: reverse("mqadmin:workers"),
+)
+
+TARGETS: dict[str, Target] = {target.kind: target for target in (JOB, QUEUE, SCHEDULE, WORKER)}
 
 
 # ---------------------------------------------------------------------- verbs
@@ -466,6 +479,65 @@ def _confirm_schedule_removal(target: str, store: str, group: str = "", **facts:
     return question
 
 
+# ---------------------------------------------------------------------- worker verbs
+
+
+def worker_state(worker: Any, command: str | None) -> str:
+    """A live worker's state as the page shows it: its own word, or the command it was given
+    and has not answered yet (workers read their command every second)."""
+    if command == "stop" or worker.state == "stopping":
+        return "stopping"
+    if command == "quiet" or worker.state == "quiet":
+        return "quiet"
+    return "running"
+
+
+def _live_worker_state(job_store: Any, worker_id: str) -> str:
+    worker = next((w for w in job_store.live_workers() if w.worker_id == worker_id), None)
+    if worker is None:
+        raise TargetMissing(worker_id)
+    return worker_state(worker, job_store.worker_control(worker_id))
+
+
+def _quiet_worker(
+    job_store: Any, store_name: str, worker_id: str, values: Mapping[str, Any]
+) -> ActionResult:
+    state = _live_worker_state(job_store, worker_id)
+    if state != "running":
+        raise StateRefused(state)
+    job_store.control_worker(worker_id, "quiet")
+    return ActionResult(
+        True,
+        f"Asked worker {worker_id} to go quiet: within a few seconds it claims nothing new "
+        "and finishes the jobs it holds.",
+    )
+
+
+def _resume_worker(
+    job_store: Any, store_name: str, worker_id: str, values: Mapping[str, Any]
+) -> ActionResult:
+    state = _live_worker_state(job_store, worker_id)
+    if state != "quiet":
+        raise StateRefused(state)
+    job_store.control_worker(worker_id, None)
+    return ActionResult(True, f"Resumed worker {worker_id}: it claims jobs again.")
+
+
+def _stop_worker(
+    job_store: Any, store_name: str, worker_id: str, values: Mapping[str, Any]
+) -> ActionResult:
+    state = _live_worker_state(job_store, worker_id)
+    if state == "stopping":
+        raise StateRefused(state)
+    job_store.control_worker(worker_id, "stop")
+    return ActionResult(
+        True,
+        f"Asked worker {worker_id} to stop: within a few seconds it shuts down as on SIGTERM "
+        "(running jobs are handed back to waiting without using an attempt). A supervisor "
+        "(systemd, runworker --processes) may start it again.",
+    )
+
+
 _UNFINISHED = frozenset(ALL_STATES) - TERMINAL_STATES
 
 #: The registry: every verb of the dashboard, in the order pages show them.
@@ -613,6 +685,46 @@ VERBS: tuple[Verb, ...] = (
         style="danger",
         confirm=_confirm_schedule_removal,
         removes=True,
+    ),
+    Verb(
+        WORKER,
+        "quiet",
+        "Quiet",
+        CONTROL_WORKER,
+        _quiet_worker,
+        key="quiet_worker",
+        doing="control workers",
+        states=frozenset({"running"}),
+        style="secondary",
+        confirm=lambda target, store, **facts: (
+            f"Quiet worker {target} of {store}? It stops claiming new jobs (the ones it holds "
+            "finish) until it is resumed."
+        ),
+    ),
+    Verb(
+        WORKER,
+        "resume",
+        "Resume",
+        CONTROL_WORKER,
+        _resume_worker,
+        key="resume_worker",
+        checked_as="quiet_worker",
+        states=frozenset({"quiet"}),
+    ),
+    Verb(
+        WORKER,
+        "stop",
+        "Stop",
+        CONTROL_WORKER,
+        _stop_worker,
+        key="stop_worker",
+        checked_as="quiet_worker",
+        states=frozenset({"running", "quiet"}),
+        style="danger",
+        confirm=lambda target, store, **facts: (
+            f"Stop worker {target} of {store}? It shuts down within a few seconds; its running "
+            "jobs go back to waiting."
+        ),
     ),
 )
 

@@ -356,11 +356,21 @@ class ScheduleActionForm(forms.Form):
     next = NextField()
 
 
+class WorkerActionForm(forms.Form):
+    store = StoreField()
+    worker_id = forms.CharField(max_length=200, strip=False)
+    next = NextField()
+
+    def clean_worker_id(self) -> str:
+        return _plain_text(self.cleaned_data["worker_id"], "worker id")
+
+
 #: The form of each target kind's actions (a verb's extra fields are added to it).
 ACTION_FORMS: dict[str, type[forms.Form]] = {
     actions.JOB.kind: JobActionForm,
     actions.QUEUE.kind: QueueActionForm,
     actions.SCHEDULE.kind: ScheduleActionForm,
+    actions.WORKER.kind: WorkerActionForm,
 }
 
 

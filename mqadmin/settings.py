@@ -56,6 +56,12 @@ INSTALLED_APPS = [
     # Login throttling (django-axes, the "site" extra): see "-- auth" below.
     "axes",
 ]
+# The demo's job handlers (mqadmin/demo/jobs.py, not in the wheel): `make run`'s worker
+# runs what `manage.py seed_demo` enqueues.  On unless MQ_JOB_MODULES names jobs of your
+# own (then the demo's handlers would compete with them); MQ_DEMO=1/0 decides explicitly.
+MQ_DEMO = env_bool("MQ_DEMO", default=not os.environ.get("MQ_JOB_MODULES"))
+if MQ_DEMO:
+    INSTALLED_APPS.append("mqadmin.demo")
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",

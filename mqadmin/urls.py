@@ -35,6 +35,7 @@ urlpatterns = [
     path("actions/job/<str:verb>/", views.job_action, name="job_action"),
     path("actions/queue/<str:verb>/", views.queue_action, name="queue_action"),
     path("actions/schedule/<str:verb>/", views.schedule_action, name="schedule_action"),
+    path("actions/worker/<str:verb>/", views.worker_action, name="worker_action"),
     path("bulk/selected/", views.bulk_selected, name="bulk_selected"),
     path("bulk/preview/", views.bulk_preview, name="bulk_preview"),
     path("bulk/run/", views.bulk_run, name="bulk_run"),

@@ -47,6 +47,8 @@ PRESENCE_MAX_IN_FLIGHT = 50
 #: Presence records one read examines (HSCAN pages of PRESENCE_PAGE).
 PRESENCE_MAX_WORKERS = 1000
 PRESENCE_PAGE = 200
+#: What an operator may tell a worker (``control_worker``).
+WORKER_COMMANDS = ("quiet", "stop")
 
 
 @dataclass(frozen=True)
@@ -79,6 +81,20 @@ class WorkerInfo:
     totals: dict[str, int] = field(default_factory=dict)
     #: When the record stops counting as live (last heartbeat + its validity).
     expires_at: int = 0
+    #: "running", "quiet" (claims nothing new, finishes what it holds) or "stopping".
+    state: str = "running"
+    #: Runs stall recovery, schedules, sweeps and the outbox relay (None: not announced).
+    maintenance: bool | None = None
+
+    @property
+    def nonzero_totals(self) -> dict[str, int]:
+        """The outcomes this worker has counted at least once (empty: nothing done yet)."""
+        return {outcome: n for outcome, n in self.totals.items() if n}
+
+    @property
+    def maintenance_only(self) -> bool:
+        """Serves no queue: only the maintenance loops (or nothing, with maintenance off)."""
+        return not self.queues
 
     @property
     def total_concurrency(self) -> int:
@@ -650,6 +666,8 @@ class InsightOperations:
         in_flight: list[InFlightJob] | None = None,
         totals: Mapping[str, int] | None = None,
         ttl_ms: int = 60_000,
+        state: str = "running",
+        maintenance: bool | None = None,
     ) -> None:
         """Announce (or refresh) a worker process; readers drop it ``ttl_ms`` after this call.
 
@@ -674,11 +692,43 @@ class InsightOperations:
             ],
             "in_flight_count": len(running),
             "totals": dict(totals or {}),
+            "state": state,
         }
+        if maintenance is not None:
+            doc["maintenance"] = bool(maintenance)
         self._command("register_worker", "hset", self.keys.workers, worker_id, codec.dumps(doc))
 
     def unregister_worker(self, worker_id: str) -> None:
         self._command("unregister_worker", "hdel", self.keys.workers, worker_id)
+        self._command("unregister_worker", "hdel", self.keys.worker_control, worker_id)
+
+    def control_worker(self, worker_id: str, command: str | None) -> None:
+        """Ask worker ``worker_id`` to go ``"quiet"`` (claim nothing new, finish what it
+        holds) or ``"stop"`` (shut down as on SIGTERM); None withdraws the command (a quiet
+        worker resumes claiming).  The worker reads it within a second or two
+        (``Worker``'s control loop); the command is dropped when the worker unregisters."""
+        if command is None:
+            self._command("control_worker", "hdel", self.keys.worker_control, worker_id)
+            return
+        if command not in WORKER_COMMANDS:
+            raise InvalidRequestError(
+                f"worker command must be one of {', '.join(WORKER_COMMANDS)}, not {command!r}"
+            )
+        self._command("control_worker", "hset", self.keys.worker_control, worker_id, command)
+
+    def worker_control(self, worker_id: str) -> str | None:
+        """The command waiting for worker ``worker_id`` ("quiet", "stop"), or None."""
+        value = self._command("worker_control", "hget", self.keys.worker_control, worker_id)
+        return str(value) if value else None
+
+    def worker_controls(self) -> dict[str, str]:
+        """Every waiting worker command, by worker id (a few fields: one per worker told)."""
+        return {
+            str(k): str(v)
+            for k, v in (
+                self._command("worker_controls", "hgetall", self.keys.worker_control) or {}
+            ).items()
+        }
 
     def live_workers(self, max_age_ms: int = 60_000) -> list[WorkerInfo]:
         """Workers seen within ``max_age_ms`` (and before their own expiry); older entries are removed.
@@ -708,8 +758,11 @@ class InsightOperations:
             if int(cursor) == 0 or read >= PRESENCE_MAX_WORKERS:
                 break
         for start in range(0, min(len(stale), 500), 500):
-            # Workers killed without a goodbye age out here.
+            # Workers killed without a goodbye age out here (with any command left for them).
             self._command("live_workers", "hdel", self.keys.workers, *stale[start : start + 500])
+            self._command(
+                "live_workers", "hdel", self.keys.worker_control, *stale[start : start + 500]
+            )
         return sorted(live, key=lambda w: w.worker_id)
 
 
@@ -733,6 +786,8 @@ def _worker_from(worker_id: str, text: str) -> WorkerInfo | None:
             in_flight_count=int(doc.get("in_flight_count") or 0),
             totals={k: int(v) for k, v in (doc.get("totals") or {}).items()},
             expires_at=int(doc.get("expires_at") or 0),
+            state=str(doc.get("state") or "running"),
+            maintenance=bool(doc["maintenance"]) if "maintenance" in doc else None,
         )
     except (ValueError, TypeError, AttributeError):
         return None

@@ -49,6 +49,9 @@ class StoreKeys:
         self.schedules_paused = f"{tag}:schedules:paused"
         self.qnames = f"{tag}:qnames"
         self.workers = f"{tag}:workers"
+        #: Operator commands to workers (field: worker id, value: "quiet" or "stop"), read by
+        #: each worker every second (store/worker.py, the dashboard's workers page).
+        self.worker_control = f"{tag}:workers:control"
         self.stats_pruned = f"{tag}:stats:pruned"
         # "<queue> NUL <name>" of jobs that workers run through a name resolver (no
         # registered Job), e.g. mqadmin's Django Tasks backend; see Worker(resolver=...).

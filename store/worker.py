@@ -100,6 +100,11 @@ logger = logging.getLogger(__name__)
 
 JobHook = Callable[[], None]
 PRESENCE_INTERVAL_MS = 10_000
+#: A busy worker announces itself this often when its totals or jobs in flight changed
+#: (the workers page shows what it has done within seconds, not at the next interval).
+PRESENCE_REFRESH_MS = 2_000
+#: How often a worker reads the operator's command for it (quiet, stop; ``control_worker``).
+CONTROL_INTERVAL_MS = 1_000
 # How often a busy taker re-reads its resolver's names (an idle one re-reads on every empty claim).
 RESOLVER_REFRESH_MS = 1_000
 #: The largest batch an "auto" prefetch claims (the drain bench's best tuned setting).
@@ -379,6 +384,12 @@ class Worker:
         self._tokens = itertools.count(1)
         self._in_flight: dict[str, _InFlight] = {}
         self._stopping: asyncio.Event | None = None
+        #: Set while an operator has the worker quiet (takers claim nothing new).
+        self._quiet: asyncio.Event | None = None
+        #: Cleared when the quiet command is withdrawn (takers wait on it while quiet).
+        self._claiming: asyncio.Event | None = None
+        #: Set to announce the worker's presence now (its state changed).
+        self._announce: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._io: ThreadPoolExecutor | None = None
         self._sync_pool: ThreadPoolExecutor | None = None
@@ -450,6 +461,10 @@ class Worker:
         """The worker's main coroutine."""
         self._loop = asyncio.get_running_loop()
         self._stopping = asyncio.Event()
+        self._quiet = asyncio.Event()
+        self._claiming = asyncio.Event()
+        self._claiming.set()
+        self._announce = asyncio.Event()
         install_log_context()
         if self.resolver is not None:
             for queue in self.resolver.queues():
@@ -482,6 +497,8 @@ class Worker:
             ),
             # Announce this worker in the store's workers hash (dashboards, mqhealth --worker).
             asyncio.create_task(self._presence(), name="presence"),
+            # An operator's quiet / stop command (the dashboard's workers page).
+            asyncio.create_task(self._follow_control(), name="control"),
         ]
         self._held_added = asyncio.Event()
         if self.prefetch == "auto":
@@ -543,6 +560,70 @@ class Worker:
     def stopping(self) -> bool:
         return self._stopping is not None and self._stopping.is_set()
 
+    @property
+    def quiet(self) -> bool:
+        """An operator told this worker to go quiet: it claims nothing new until resumed."""
+        return self._quiet is not None and self._quiet.is_set()
+
+    @property
+    def state(self) -> str:
+        """What the presence record says: "running", "quiet" or "stopping"."""
+        if self.stopping:
+            return "stopping"
+        return "quiet" if self.quiet else "running"
+
+    def _apply_control(self, command: str | None) -> None:
+        """Follow the operator's command: "stop", "quiet", or none (claim as usual)."""
+        assert self._quiet is not None and self._claiming is not None
+        if command == "stop":
+            if not self.stopping:
+                logger.info(
+                    "worker %s: stop requested by an operator; shutting down", self.worker_id
+                )
+                self.request_stop()
+            return
+        if command == "quiet" and not self._quiet.is_set():
+            logger.info(
+                "worker %s: quiet requested by an operator; claiming nothing new", self.worker_id
+            )
+            self._quiet.set()
+            self._claiming.clear()
+        elif command != "quiet" and self._quiet.is_set():
+            logger.info("worker %s: resumed by an operator; claiming again", self.worker_id)
+            self._quiet.clear()
+            self._claiming.set()
+        else:
+            return
+        if self._announce is not None:
+            self._announce.set()
+
+    async def _follow_control(self) -> None:
+        """Read the operator's command for this worker every CONTROL_INTERVAL_MS."""
+        while True:
+            try:
+                command = await self._io_call(self.store.worker_control, self.worker_id)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                logger.debug("reading the worker's control command failed", exc_info=True)
+            else:
+                self._apply_control(command)
+            await sleep_ms(self.clock, CONTROL_INTERVAL_MS)
+
+    async def _wait_while_quiet(self) -> None:
+        """Until the quiet command is withdrawn or the worker stops."""
+        assert self._stopping is not None and self._claiming is not None
+        waiters = [
+            asyncio.ensure_future(self._claiming.wait()),
+            asyncio.ensure_future(self._stopping.wait()),
+        ]
+        try:
+            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waiters:
+                w.cancel()
+            await asyncio.gather(*waiters, return_exceptions=True)
+
     # ------------------------------------------------------------ store calls
 
     async def _io_call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -582,6 +663,14 @@ class Worker:
         acks: list[tuple[JobRecord, str, AckOutcome]] = []
         while not self._stopping.is_set():
             try:
+                if not held and self.quiet:
+                    # Quiet: deliver the outcomes we have (they ride on claims otherwise),
+                    # then claim nothing until resumed or stopped.
+                    if acks:
+                        await self._flush_and_claim(queue, acks, 0)
+                        acks = []
+                    await self._wait_while_quiet()
+                    continue
                 if not held:
                     if self.resolver is not None and self._resolver_stale(queue):
                         await self._refresh_resolved(queue)
@@ -1264,13 +1353,45 @@ class Worker:
                         in_flight=self._presence_in_flight(),
                         totals=dict(self.stats),
                         ttl_ms=3 * PRESENCE_INTERVAL_MS,
+                        state=self.state,
+                        maintenance=self.maintenance,
                     )
                 except Exception:
                     logger.debug("announcing worker presence failed", exc_info=True)
-                await sleep_ms(self.clock, PRESENCE_INTERVAL_MS)
+                await self._presence_pause(self._presence_mark())
         finally:
             with contextlib.suppress(Exception):
                 self.store.unregister_worker(self.worker_id)
+
+    def _presence_mark(self) -> tuple[Any, ...]:
+        """What an announcement says that changes as the worker works."""
+        return (tuple(self.stats.values()), tuple(self._in_flight))
+
+    async def _presence_pause(self, announced: tuple[Any, ...]) -> None:
+        """Until the next announcement: PRESENCE_INTERVAL_MS; at once when the worker's state
+        changed (quiet, resumed); after PRESENCE_REFRESH_MS when its totals or jobs in flight
+        changed since ``announced``."""
+        assert self._announce is not None
+        announce = self._announce
+        waited = 0
+        while waited < PRESENCE_INTERVAL_MS:
+            step = min(PRESENCE_REFRESH_MS, PRESENCE_INTERVAL_MS - waited)
+            waiters = [
+                asyncio.ensure_future(announce.wait()),
+                asyncio.ensure_future(sleep_ms(self.clock, step)),
+            ]
+            try:
+                await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for w in waiters:
+                    w.cancel()
+                await asyncio.gather(*waiters, return_exceptions=True)
+            if announce.is_set():
+                announce.clear()
+                return
+            waited += step
+            if self._presence_mark() != announced:
+                return
 
     async def _recover_stalled(self) -> None:
         recovered = await self._store_call(

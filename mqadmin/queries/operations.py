@@ -9,11 +9,11 @@ store that cannot be reached gets its row with the reason, the others show.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 from urllib.parse import urlencode
 
-from mqadmin import cadence, services
+from mqadmin import actions, cadence, services
 from mqadmin.queries.common import LIVE_WORKER_MS
 from mqadmin.services import open_store, reaching
 from store.consistency import KINDS, last_check
@@ -244,7 +244,12 @@ def workers_overview() -> list[WorkerStore]:
 
     def read(store: services.ConfiguredStore, job_store: Any) -> WorkerStore:
         item = WorkerStore(store=store.name)
-        item.workers = job_store.live_workers(max_age_ms=LIVE_WORKER_MS)
+        controls = job_store.worker_controls()
+        # The state shown is the command given when the worker has not answered it yet.
+        item.workers = [
+            replace(worker, state=actions.worker_state(worker, controls.get(worker.worker_id)))
+            for worker in job_store.live_workers(max_age_ms=LIVE_WORKER_MS)
+        ]
         queues = job_store.queue_names()
         item.now = job_store.now()
         consumed = {queue for worker in item.workers for queue in worker.queues}

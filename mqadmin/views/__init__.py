@@ -5,7 +5,7 @@ Each module has a query module of the same name in :mod:`mqadmin.queries`.
 
 from __future__ import annotations
 
-from mqadmin.views.actions import job_action, queue_action, schedule_action
+from mqadmin.views.actions import job_action, queue_action, schedule_action, worker_action
 from mqadmin.views.bulk import bulk_preview, bulk_result, bulk_run, bulk_selected
 from mqadmin.views.common import HtmxHttpRequest
 from mqadmin.views.events import events
@@ -44,5 +44,6 @@ __all__ = [
     "schedule_action",
     "schedules",
     "throughput",
+    "worker_action",
     "workers",
 ]

@@ -98,3 +98,10 @@ def queue_action(request: HttpRequest, verb: str) -> HttpResponse:
 def schedule_action(request: HttpRequest, verb: str) -> HttpResponse:
     """A schedule verb of the registry (trigger now, pause, resume, remove) on one schedule."""
     return act(request, actions.SCHEDULE.kind, verb)
+
+
+@require_POST
+@dashboard_view
+def worker_action(request: HttpRequest, verb: str) -> HttpResponse:
+    """A worker verb of the registry (quiet, resume, stop) on one live worker of one store."""
+    return act(request, actions.WORKER.kind, verb)

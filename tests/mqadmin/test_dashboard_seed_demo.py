@@ -79,7 +79,7 @@ def test_seed_demo_twice_only_refreshes_the_schedules(stores: Stores) -> None:
 
     assert "already holds the demo data" in again
     assert sum(stores.main.counts().values()) == before
-    assert len(stores.main.list_schedules()) == 2
+    assert len(stores.main.list_schedules()) == 3
 
 
 def test_seed_demo_with_one_store_explains_how_to_add_a_second(

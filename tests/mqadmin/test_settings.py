@@ -219,3 +219,21 @@ def test_settings_defaults_for_development() -> None:
     assert db["NAME"] == str(REPO_ROOT / "var" / "db.sqlite3")
     assert loaded["url"] is None
     assert loaded["stores"] == {"a": {"prefix": "pa"}}
+
+
+@pytest.mark.parametrize(
+    ("env", "installed"),
+    [
+        ({}, True),
+        # Jobs of one's own: the demo's handlers would compete with them.
+        ({"MQ_JOB_MODULES": "myproject.jobs"}, False),
+        ({"MQ_JOB_MODULES": "myproject.jobs", "MQ_DEMO": "1"}, True),
+        ({"MQ_DEMO": "0"}, False),
+    ],
+)
+def test_the_demo_handlers_are_installed_unless_told_otherwise(
+    env: dict[str, str], installed: bool
+) -> None:
+    apps = _settings_in_subprocess(env)["apps"]
+    assert isinstance(apps, list)
+    assert ("mqadmin.demo" in apps) is installed

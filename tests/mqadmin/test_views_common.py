@@ -57,6 +57,7 @@ ACTION_PERMISSIONS = (
     "trigger_schedule",
     "remove_schedule",
     "change_limits",
+    "control_worker",
 )
 
 
@@ -330,6 +331,22 @@ def actions(seeded: Seeded) -> dict[str, tuple[str, dict[str, Any], str]]:
             {"store": "main", "key": seeded.schedule},
             "remove_schedule",
         ),
+        # Resuming and stopping a worker are checked as quieting it (one grant, control_worker).
+        "quiet_worker": (
+            "/actions/worker/quiet/",
+            {"store": "main", "worker_id": "w-1"},
+            "control_worker",
+        ),
+        "resume_worker": (
+            "/actions/worker/resume/",
+            {"store": "main", "worker_id": "w-1"},
+            "control_worker",
+        ),
+        "stop_worker": (
+            "/actions/worker/stop/",
+            {"store": "main", "worker_id": "w-1"},
+            "control_worker",
+        ),
         "bulk_selected": (
             "/bulk/selected/",
             {"store": "main", "verb": "retry", "ids": [seeded.failed]},
@@ -356,6 +373,9 @@ ACTIONS = (
     "unschedule",
     "pause_schedule",
     "resume_schedule",
+    "quiet_worker",
+    "resume_worker",
+    "stop_worker",
     "bulk_selected",
     "bulk_run",
 )

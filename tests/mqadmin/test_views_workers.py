@@ -3,9 +3,12 @@ by the presence records workers write."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from django.test import Client
 
+from mqadmin.models import AuditEntry
 from store import EnqueueRequest
 from store.insights import InFlightJob
 from tests.mqadmin.test_views_common import *  # noqa: F403  (the fixtures in its __all__)
@@ -76,3 +79,102 @@ def test_the_outbox_page_sees_announced_workers(stores: Stores, admin_client_: C
 def test_the_workers_page_needs_a_login(stores: Stores, client: Client) -> None:
     response = client.get("/workers/")
     assert response.status_code == 302 and "/login/" in response["Location"]
+
+
+def test_a_maintenance_only_worker_says_so_instead_of_blanks(
+    stores: Stores, admin_client_: Client
+) -> None:
+    stores.main.register_worker(
+        "w-maint",
+        queues={},
+        routes=["main"],
+        started_at=stores.main.now(),
+        totals={"completed": 0, "failed": 0},
+        maintenance=True,
+    )
+    html = text_of(admin_client_.get("/workers/"))
+    row = html.split('data-worker="w-maint"', 1)[1].split("</tr>", 1)[0]
+    assert "maintenance only" in row
+    assert "runs no jobs" in row
+    # A worker that serves queues but has run nothing yet says so too.
+    announce(stores, worker_id="w-new")
+    stores.main.register_worker(
+        "w-new",
+        queues={"emails": ["SendEmail"]},
+        routes=["main"],
+        started_at=stores.main.now(),
+        totals={"completed": 0},
+    )
+    row = text_of(admin_client_.get("/workers/")).split('data-worker="w-new"', 1)[1]
+    assert "no jobs yet" in row.split("</tr>", 1)[0]
+
+
+def post_worker(client: Client, verb: str, worker_id: str = "w-1") -> Any:
+    return client.post(f"/actions/worker/{verb}/", {"store": "main", "worker_id": worker_id})
+
+
+def test_quiet_resume_and_stop_set_the_command_and_are_audited(stores: Stores, login: Any) -> None:
+    announce(stores)
+    operator = login("control_worker")
+    html = text_of(operator.get("/workers/"))
+    row = html.split('data-worker="w-1"', 1)[1].split("</tr>", 1)[0]
+    assert 'action="/actions/worker/quiet/"' in row and 'action="/actions/worker/stop/"' in row
+    assert "data-confirm=" in row and "/actions/worker/resume/" not in row
+
+    response = post_worker(operator, "quiet")
+    assert response.status_code == 302 and response["Location"] == "/workers/"
+    assert stores.main.worker_control("w-1") == "quiet"
+    html = text_of(operator.get("/workers/"))
+    assert 'data-worker="w-1" data-state="quiet"' in html
+    row = html.split('data-worker="w-1"', 1)[1].split("</tr>", 1)[0]
+    assert "quiet</span>" in row
+    assert 'action="/actions/worker/resume/"' in row and "/actions/worker/quiet/" not in row
+    # Quiet twice is refused with the reason (and audited as a failure).
+    post_worker(operator, "quiet")
+
+    post_worker(operator, "resume")
+    assert stores.main.worker_control("w-1") is None
+    post_worker(operator, "stop")
+    assert stores.main.worker_control("w-1") == "stop"
+
+    entries = list(AuditEntry.objects.order_by("id").values_list("action", "ok", "target"))
+    assert entries == [
+        ("quiet_worker", True, "w-1"),
+        ("quiet_worker", False, "w-1"),
+        ("resume_worker", True, "w-1"),
+        ("stop_worker", True, "w-1"),
+    ]
+    assert "it is quiet" in AuditEntry.objects.order_by("id")[1].result
+
+
+def test_worker_controls_need_the_permission_and_a_post(
+    stores: Stores, viewer: Client, login: Any
+) -> None:
+    announce(stores)
+    # No buttons without the permission.
+    assert "/actions/worker/" not in text_of(viewer.get("/workers/"))
+    for verb in ("quiet", "resume", "stop"):
+        denied = post_worker(viewer, verb)
+        assert denied.status_code == 403
+        assert "control_worker" in text_of(denied)
+    assert stores.main.worker_control("w-1") is None
+    assert [e.ok for e in AuditEntry.objects.all()] == [False, False, False]
+    # GET never changes anything.
+    operator = login("control_worker")
+    assert operator.get("/actions/worker/quiet/?store=main&worker_id=w-1").status_code == 405
+    assert stores.main.worker_control("w-1") is None
+
+
+def test_controlling_a_worker_that_is_gone_says_so(stores: Stores, login: Any) -> None:
+    response = post_worker(login("control_worker"), "stop", worker_id="w-gone")
+    assert response.status_code == 302
+    assert stores.main.worker_control("w-gone") is None
+    entry = AuditEntry.objects.get()
+    assert not entry.ok and "no live worker" in entry.result
+
+
+def test_worker_controls_need_the_csrf_token(stores: Stores, login: Any) -> None:
+    announce(stores)
+    client = login("control_worker", csrf=True)
+    assert post_worker(client, "quiet").status_code == 403
+    assert stores.main.worker_control("w-1") is None

@@ -25,6 +25,9 @@ DEV_PROJECT_FILES = (
     "mqadmin/site_urls.py",
     "mqadmin/wsgi.py",
     "mqadmin/asgi.py",
+    "mqadmin/demo/__init__.py",
+    "mqadmin/demo/apps.py",
+    "mqadmin/demo/jobs.py",
 )
 
 
@@ -109,6 +112,8 @@ def test_wheel_carries_the_app_code_migrations_and_commands(wheel_names: set[str
 def test_wheel_leaves_out_the_development_project(wheel_names: set[str]) -> None:
     for path in DEV_PROJECT_FILES:
         assert path not in wheel_names, path
+    # The demo's job handlers run in the development project only.
+    assert not [name for name in wheel_names if name.startswith("mqadmin/demo/")]
     # The login page of the development project must not shadow a host's
     # registration/login.html through APP_DIRS.
     assert not [name for name in wheel_names if "registration/" in name]

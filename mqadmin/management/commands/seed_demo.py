@@ -69,6 +69,8 @@ REGIONS = (
 )
 COUNTRIES = ("de", "fr", "it")
 TENANTS = ("acme", "globex", "initech", "umbrella", "hooli")
+#: The longest seed_demo waits for live workers to confirm they went quiet (seconds).
+QUIET_WAIT_S = 5.0
 
 
 class CardDeclinedError(Exception):
@@ -315,6 +317,7 @@ class Command(BaseCommand):
         clock = DemoClock()
         job_store = self._open(name, clock)
         child_store = job_store if children_name == name else self._open(children_name, clock)
+        quieted: list[tuple[RedisJobStore, str]] = []
         try:
             self._upsert_schedules(job_store)
             seeded = job_store.get_job(FLOW_PARENT_ID) is not None
@@ -324,6 +327,9 @@ class Command(BaseCommand):
                     "schedules refreshed. Use --force to add another batch of jobs."
                 )
                 return
+            # A running worker would take the jobs this command claims and acks itself
+            # (and the flow parent it must fan out): it stays quiet until the data is in.
+            quieted = self._quiet_workers([job_store, child_store])
             created = self._history(job_store, clock, rng, options["jobs"], options["hours"])
             if self.stopping:
                 self.stdout.write(f"Stopped early after {created} jobs.")
@@ -335,6 +341,10 @@ class Command(BaseCommand):
             counts = job_store.counts()
         finally:
             clock.release()
+            for quiet_store, worker_id in quieted:
+                self._quietly(quiet_store.control_worker, worker_id, None)
+            if quieted:
+                self.stdout.write(f"Live workers resumed: {', '.join(w for _, w in quieted)}")
             job_store.close()
             if child_store is not job_store:
                 child_store.close()
@@ -355,6 +365,32 @@ class Command(BaseCommand):
             self.stdout.write(
                 f"The demo flow {FLOW_PARENT_ID} has its children in {children_name!r}."
             )
+
+    def _quiet_workers(self, stores: list[RedisJobStore]) -> list[tuple[RedisJobStore, str]]:
+        """Tell the live workers of ``stores`` that serve queues to go quiet; wait until they
+        say so (a few seconds at most).  Returns (store, worker id) of those told."""
+        told: list[tuple[RedisJobStore, str]] = []
+        for job_store in {id(s): s for s in stores}.values():
+            controls = job_store.worker_controls()
+            for worker in job_store.live_workers():
+                if worker.queues and worker.state == "running" and worker.worker_id not in controls:
+                    job_store.control_worker(worker.worker_id, "quiet")
+                    told.append((job_store, worker.worker_id))
+        if not told:
+            return told
+        self.stdout.write(
+            f"Asking {len(told)} live worker(s) to stay quiet while seeding: "
+            + ", ".join(w for _, w in told)
+        )
+        deadline = time.monotonic() + QUIET_WAIT_S
+        waiting = set(told)
+        while waiting and time.monotonic() < deadline:
+            time.sleep(0.1)
+            for job_store, worker_id in list(waiting):
+                states = {w.worker_id: w.state for w in job_store.live_workers()}
+                if states.get(worker_id, "quiet") != "running":
+                    waiting.discard((job_store, worker_id))
+        return told
 
     def _upsert_schedules(self, job_store: JobStore) -> None:
         now = int(time.time() * 1000)
@@ -381,6 +417,18 @@ class Command(BaseCommand):
                 payload={"older_than_hours": 24, "path": "/var/tmp/uploads"},
                 group="maintenance",
                 next_run_at=now + 15 * 60_000,
+            )
+        )
+        # A frequent one, so a running worker fires a schedule within seconds of seeding.
+        job_store.upsert_schedule(
+            ScheduleRecord(
+                key="RefreshPriceCache/every-30-s",
+                job_name="RefreshPriceCache",
+                queue="maintenance",
+                every_ms=30_000,
+                payload={"warehouse": "AMS-2"},
+                group="maintenance",
+                next_run_at=now + 2_000,
             )
         )
 
@@ -683,10 +731,10 @@ class Command(BaseCommand):
         registry.register(parent_store)
         registry.register(child_store)
 
-        def run_child(outcome: str) -> str | None:
+        def run_child(outcome: str, lock_ms: int = 300_000) -> str | None:
             tok = f"demo-worker-5:{outcome}-{time.monotonic_ns()}"
             got = child_store.claim(
-                queue="reports", names=["RenderRegionReport"], token=tok, lock_duration_ms=300_000
+                queue="reports", names=["RenderRegionReport"], token=tok, lock_duration_ms=lock_ms
             )
             if not isinstance(got, Claimed):
                 return None
@@ -739,6 +787,8 @@ class Command(BaseCommand):
             if isinstance(got, Claimed):
                 clock.advance(2_000)
                 child_store.ack(got.job.id, tok, Complete({"pages": 3}))
-        # One child running now; the rest wait for a worker.
+        # One child running now, on a worker that never comes back: once its short lock
+        # expires, a live worker's stall recovery hands it to a worker that completes it
+        # (so the flow settles under `make run`).  The rest wait for a worker.
         clock.release()
-        run_child("running")
+        run_child("running", lock_ms=20_000)
