@@ -501,6 +501,12 @@ class InsightOperations:
         ids = self._command("error_groups", "zrevrange", self.keys.errors(), 0, limit - 1)
         return self._load_groups(list(ids))
 
+    def due_count(self, queue: str) -> int:
+        """Delayed jobs of ``queue`` whose run time has come (not yet promoted): one ZCOUNT."""
+        return int(
+            self._command("due_count", "zcount", self.keys.delayed(queue), "-inf", self.now())
+        )
+
     def find_error_groups(
         self, text: str, *, messages: bool = True, limit: int = 50
     ) -> list[ErrorGroup]:

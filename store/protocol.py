@@ -133,6 +133,9 @@ class JobStore(Protocol):
         cursor: str | None = None,
         limit: int = 50,
         scan_budget: int = 2000,
+        *,
+        payload: Mapping[str, str] | None = None,
+        id_prefix: str | None = None,
     ) -> StateListResult: ...
 
     def plan_list_by_state(
@@ -154,11 +157,20 @@ class JobStore(Protocol):
         cursor: str | None = None,
         limit: int = 50,
         scan_budget: int = 2000,
+        *,
+        payload: Mapping[str, str] | None = None,
+        id_prefix: str | None = None,
     ) -> StateListResult: ...
 
     def error_groups(self, limit: int = 50) -> builtins.list[ErrorGroup]: ...
 
     def error_group(self, group: str) -> ErrorGroup | None: ...
+
+    def find_error_groups(
+        self, text: str, *, messages: bool = True, limit: int = 50
+    ) -> builtins.list[ErrorGroup]: ...
+
+    def due_count(self, queue: str) -> int: ...
 
     def queue_names(self) -> builtins.list[str]: ...
 

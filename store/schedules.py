@@ -23,7 +23,6 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from croniter import CroniterError, croniter
 
 from store import codec
-from store.chunks import iter_members
 from store.errors import InvalidRequestError, JobNotFoundError, JobStoreError
 from store.records import MAX_RUN_AT_MS, EnqueueRequest, EnqueueResult, ScheduleRecord
 
@@ -33,7 +32,7 @@ if TYPE_CHECKING:
 #: Schedules fetched per call when listing or collecting due ones.
 SCHEDULE_PAGE = 500
 #: Newest jobs of a schedule's job name looked at for its last runs.
-SCHEDULE_RUN_SCAN = 200
+SCHEDULE_RUN_SCAN = 2000
 
 
 # ---------------------------------------------------------------- cadence math
@@ -320,18 +319,19 @@ class ScheduleOperations:
     def schedule_last_runs(self, schedule: ScheduleRecord, limit: int = 3) -> list[Any]:
         """The latest jobs a schedule fired (its ``sched/<key>/...`` jobs), newest first.
 
-        Read from the job name's index: at most SCHEDULE_RUN_SCAN of that name's newest
-        jobs are looked at (an empty list when the name index is disabled).
+        One list call on the job name's index (the all-jobs index when it is disabled), its
+        ids matched by prefix in the script: at most SCHEDULE_RUN_SCAN of the newest jobs
+        are looked at, and only the schedule's own rows are read.
         """
-        if not self.indexes.get("name", True):
-            return []
-        pages = iter_members(
-            self._run, "byname", schedule.job_name, page=SCHEDULE_RUN_SCAN, newest_first=True
+        name = schedule.job_name if self.indexes.get("name", True) else None
+        store: Any = self  # the RedisJobStore this mixin is part of (its list query)
+        page = store.list(
+            name=name,
+            id_prefix=f"sched/{schedule.key}/",
+            limit=limit,
+            scan_budget=SCHEDULE_RUN_SCAN,
         )
-        ids = [job_id for job_id, _score in next(pages, [])]
-        prefix = f"sched/{schedule.key}/"
-        own = [job_id for job_id in ids if job_id.startswith(prefix)][:limit]
-        return [record for record in self.get_jobs(own) if record is not None]
+        return list(page.items)
 
     def get_schedule(self, key: str) -> ScheduleRecord | None:
         h = self._command("get_schedule", "hgetall", self.keys.schedule(key))

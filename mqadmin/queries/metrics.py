@@ -37,6 +37,8 @@ class NameRow:
 
     @property
     def failure_percent(self) -> str:
+        if not self.metrics.runs:
+            return "—"  # no run, no rate
         return f"{self.metrics.failure_rate * 100:.1f} %"
 
 

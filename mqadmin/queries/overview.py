@@ -34,6 +34,8 @@ class QueueRow(services.StateCounts):
     oldest_complete: bool = True
     #: The oldest runnable job was looked up (it may still be None: see home.html).
     oldest_looked_up: bool = False
+    #: Delayed jobs whose run time has come (None: not looked up).
+    due: int | None = None
     #: Live workers (announced within LIVE_WORKER_MS) that consume this queue.
     workers: int = 0
     #: The queue's limits and their usage in words ("" when it has none or was not read).
@@ -127,6 +129,9 @@ def overview(with_chart: bool = True) -> list[StoreBoard]:
             row.oldest_waiting = oldest.record
             row.oldest_complete = oldest.complete
             row.oldest_looked_up = True
+        # "Delayed" counts jobs not yet promoted; say how many of them are already due.
+        for row in [row for row in rows if row.counts.get("delayed")][:OLDEST_WAITING_QUEUES]:
+            row.due = job_store.due_count(row.name)
         # Only the limited queues (one paged read of the limits) cost a read of their own.
         limited = set(job_store.limited_queues()) if rows else set()
         limited_rows = [row for row in rows if row.name in limited]

@@ -40,3 +40,18 @@ def test_pausing_an_unknown_schedule_and_removing_a_paused_one(store, redis_clie
     assert store.remove_schedule("gone")
     assert store.paused_schedules() == set()
     assert redis_client.exists(store.keys.schedules_paused) == 0
+
+
+def test_last_runs_are_found_behind_many_other_jobs_of_the_same_name(store, clock, make_store):
+    """Issue 29: "none kept" for a schedule that had run; its runs hid behind 200 newer jobs
+    of its name.  The ids are now matched by prefix inside the list script."""
+    from store import EnqueueRequest
+
+    schedule = every_minute(store)
+    clock.set(60_000)
+    assert tick_due_schedules(store) == 1
+    store.enqueue_many([EnqueueRequest(name="Report", queue="q") for _ in range(700)])
+    assert [r.id for r in store.schedule_last_runs(schedule)] == ["sched/nightly/60000"]
+    # Without the name index it looks at the newest jobs of the store.
+    plain = make_store(indexes={"name": False, "queue": True})
+    assert [r.id for r in plain.schedule_last_runs(schedule)] == ["sched/nightly/60000"]
