@@ -57,6 +57,9 @@ class StoreBoard:
     chart: ThroughputChart | None = None
     #: Queues with waiting jobs beyond OLDEST_WAITING_QUEUES (their age is not looked up).
     oldest_skipped: int = 0
+    #: Flow results waiting in the store's outbox to be relayed (the "Store internals"
+    #: menu's Outbox page; shown on the overview only when there are some).
+    outbox: int = 0
     #: The eviction guard's warning for the store's Redis ("" when its policy is noeviction).
     eviction: str = ""
 
@@ -156,6 +159,7 @@ def overview(with_chart: bool = True) -> list[StoreBoard]:
             chart=chart,
             oldest_skipped=max(0, len(waiting_rows) - OLDEST_WAITING_QUEUES),
             eviction=eviction_warning(job_store),
+            outbox=job_store.outbox_depth(),
         )
 
     return services.for_each_store(

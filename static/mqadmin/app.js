@@ -444,6 +444,24 @@
     });
   }
 
-  document.addEventListener("DOMContentLoaded", function () { tick(); selectionState(); orderConstraints(); labelCells(); localTimes(); });
+  // Copy buttons (ids, payloads): the text of data-copy to the clipboard.
+  document.addEventListener("click", function (event) {
+    var button = event.target.closest && event.target.closest("button[data-copy]");
+    if (!button || !navigator.clipboard) { return; }
+    navigator.clipboard.writeText(button.getAttribute("data-copy")).then(function () {
+      button.classList.add("copied");
+      setTimeout(function () { button.classList.remove("copied"); }, 1200);
+    });
+  });
+
+  // Phones: a filter panel marked data-narrow-closed starts folded (unless it shows an error).
+  function foldNarrowPanels() {
+    if (!window.matchMedia || !window.matchMedia("(max-width: 640px)").matches) { return; }
+    document.querySelectorAll("details[data-narrow-closed]").forEach(function (panel) {
+      if (!panel.querySelector(".field-error:not([hidden])")) { panel.open = false; }
+    });
+  }
+
+  document.addEventListener("DOMContentLoaded", function () { foldNarrowPanels(); tick(); selectionState(); orderConstraints(); labelCells(); localTimes(); });
   document.addEventListener("htmx:afterSettle", function () { tick(); selectionState(); labelCells(); localTimes(); liveTexts(); tidyLog(); });
 })();

@@ -302,7 +302,7 @@ def test_the_explorer_disables_impossible_combinations_before_submit(
     page.wait_for_function(
         "html => document.querySelector('#results').innerHTML !== html", arg=before
     )
-    assert "finished-time sets of completed, failed jobs" in page.inner_text(".plan")
+    assert "finished-time sets of completed, failed jobs" in (page.text_content(".plan") or "")
     # Back to automatic: every state can be ticked again.
     order.select_option("auto")
     assert disabled_states() == set()

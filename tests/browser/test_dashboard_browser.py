@@ -112,9 +112,8 @@ def test_log_in_filter_page_open_retry_and_watch_a_job(
     assert set(names) == {"ChargeCard"}
     assert set(page.locator("#results table.jobs td .badge").all_inner_texts()) == {"completed"}
     # Completed jobs of one name are read from that name's finished-time set (automatic order).
-    assert (
-        "the finished-time sets of “ChargeCard” per state (completed)"
-        in page.locator("p.plan").inner_text()
+    assert "the finished-time sets of “ChargeCard” per state (completed)" in (
+        page.locator(".plan").text_content() or ""
     )
     shot(page, "03-filtered")
 

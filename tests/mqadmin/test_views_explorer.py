@@ -128,12 +128,12 @@ def test_the_plan_note_names_the_structure_and_the_residual_filters(
 
     assert 'data-route="byname:SendEmail"' in by_name
     assert "the name index of “SendEmail”" in by_name
-    assert "<strong>states, metadata</strong>" in by_name
+    assert "Checked job by job (states, metadata), up to 2,000 jobs per page" in by_name
     assert 'data-route="all"' in plain
-    assert "No residual filters" in plain
+    assert "Every job read matches" in plain
     # A queue's failed jobs come from the per-name finished sets of that queue's names.
     assert 'data-route="terminal:&lt;state&gt;:&lt;names of emails&gt;"' in finished
-    assert "<strong>queue</strong>" in finished
+    assert "Checked job by job (queue)" in finished
     everywhere = text_of(admin_client_.get("/jobs/?store=main&state=failed&order_by=finished_at"))
     assert 'data-route="finished:&lt;state&gt;"' in everywhere
 
@@ -148,8 +148,9 @@ def test_exact_totals_come_from_counters_when_the_filter_allows(
     html = text_of(admin_client_.get("/jobs/?store=main&queue=emails&state=waiting"))
     by_name = text_of(admin_client_.get("/jobs/?store=main&name=SendEmail"))
 
-    assert "4 matching jobs (exact, from counters)" in html
-    assert "from counters" not in by_name
+    assert '<p class="total">4 matching jobs</p>' in html
+    assert "The total comes from the store's counters and is exact" in html
+    assert "store's counters" not in by_name and 'class="total"' not in by_name
 
 
 # ---------------------------------------------------------------------- paging
@@ -264,7 +265,7 @@ def test_a_scan_cut_short_by_the_budget_offers_to_continue(
 
     html = text_of(admin_client_.get("/jobs/?store=main&meta=needle%3Dyes"))
 
-    assert "Scanned 2,000 rows and found 0 matches" in html
+    assert "Scanned 2,000 jobs and found 0 matches so far" in html
     assert row_ids(html) == []
     continue_link = re.search(r'<a class="continue" href="([^"]*)"', html)
     assert continue_link

@@ -60,3 +60,28 @@ def test_the_chart_legend_says_its_period_and_counts_are_formatted(
     assert '<span class="muted small">last 3 h:</span>' in html
     assert 'aria-label="1,234 waiting jobs in queue big">1,234</a>' in html
     assert 'aria-label="1234 ' not in html
+
+
+def test_store_internals_sit_in_a_menu_and_the_overview_flags_an_outbox_backlog(
+    stores: Stores, admin_client_: Client
+) -> None:
+    from store import Complete
+    from tests.mqadmin.test_views_common import fan_out
+
+    html = text_of(admin_client_.get("/"))
+    menu = re.search(r'<details class="nav-more".*?</details>', html, re.DOTALL)
+    assert menu is not None
+    assert 'href="/outbox/"' in menu.group(0) and 'href="/indexes/"' in menu.group(0)
+    nav = html.split('<nav class="nav"', 1)[1].split("</nav>", 1)[0]
+    assert nav.count('href="/outbox/"') == 1  # only in the menu: nothing waits
+    assert "outbox-note" not in html
+    fan_out(stores.main, stores.side, ["a", "b"])
+    claimed = stores.side.claim(
+        queue="parts", names=["RenderPart"], token="w:1", lock_duration_ms=30_000
+    )
+    assert isinstance(claimed, Claimed)
+    stores.side.ack(claimed.job.id, "w:1", Complete({"ok": True}))
+    assert stores.side.outbox_depth() == 1
+    html = htmllib.unescape(text_of(admin_client_.get("/")))
+    assert re.findall(r'class="callout warning outbox-note" data-outbox="(\d+)"', html) == ["1"]
+    assert "1 flow result waits in this store's outbox to be relayed to its parent" in html
