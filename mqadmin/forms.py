@@ -15,6 +15,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 
 from mqadmin import actions, services
 from mqadmin.queries.explorer import ORDER_CHOICES, STATES, JobQuery, auto_order
+from mqadmin.queries.flows import FLOW_LIST_STATES
 from mqadmin.queries.operations import FAILURE_SORTS, FAILURE_WINDOW_LABELS, FailureFilters
 from mqadmin.search import MAX_SEARCH, PAYLOAD_SEARCH_DENIED, Search, parse_search
 from store.errors import InvalidCursorError
@@ -454,6 +455,29 @@ class FlowPageForm(forms.Form):
             if len(item) > MAX_TEXT or "\0" in item:
                 raise ValidationError("A “trail” entry is too long or contains NUL.")
         return list(value)
+
+
+class FlowListForm(forms.Form):
+    """The flows page's query string: which store, waiting or settled parents, which page."""
+
+    store = StoreField(required=False)
+    state = forms.ChoiceField(
+        required=False,
+        choices=list(FLOW_LIST_STATES.items()),
+        error_messages={
+            "invalid_choice": "“%(value)s” is not a flow state (use waiting or settled)."
+        },
+    )
+    cursor = forms.CharField(required=False, max_length=MAX_TEXT, strip=False)
+
+    def clean_state(self) -> str:
+        return self.cleaned_data.get("state") or "waiting"
+
+    def clean_cursor(self) -> str | None:
+        value = self.cleaned_data.get("cursor") or None
+        if value is not None:
+            _plain_text(value, "cursor")
+        return value
 
 
 class OutboxPageForm(forms.Form):

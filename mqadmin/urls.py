@@ -24,6 +24,7 @@ urlpatterns = [
     path("stores/<str:store>/logs/<path:job_id>", views.job_logs, name="job_logs"),
     # The live pages' server-sent event stream (mqadmin/views/events.py, mqadmin/live.py).
     path("events/", views.events, name="events"),
+    path("flows/", views.flows, name="flows"),
     path("stores/<str:store>/flows/<path:flow_id>", views.flow, name="flow"),
     path("stores/<str:store>/queues/<path:queue>", views.queue, name="queue"),
     path("failures/", views.failures, name="failures"),

@@ -90,6 +90,8 @@ from store.records import (
     ParentEnvelope,
     Retry,
     ScheduleRecord,
+    SettledFlow,
+    SettledFlowsPage,
     StalledJob,
     TraceContext,
 )

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from store import codec
 from store.errors import InvalidRequestError, JobNotFoundError, JobStoreError, LockLostError
+from store.keys import FLOWS_SETTLED_CAP
 from store.records import (
     MISSING,
     CascadeChild,
@@ -31,6 +32,8 @@ from store.records import (
     FlowSweepWork,
     OutboxEntry,
     ParentEnvelope,
+    SettledFlow,
+    SettledFlowsPage,
 )
 
 if TYPE_CHECKING:
@@ -291,6 +294,43 @@ class FlowOperations:
         for start in range(0, len(keys), BATCH):
             self._run("mark_children_cascaded", flow_id, *keys[start : start + BATCH])
 
+    def settled_flows(self, cursor: str | None = None, limit: int = 50) -> SettledFlowsPage:
+        """One page of the flow parents that settled lately, newest first.
+
+        The store keeps the newest ``FLOWS_SETTLED_CAP`` parents that reached a terminal
+        state after fanning out (written in Lua where the parent finishes, dropped when it
+        is retried or deleted), so a page reads at most that many entries.  ``cursor`` is
+        the previous page's (``"<settled_at>:<flow id>"``); a malformed one is refused.
+        """
+        limit = max(1, int(limit))
+        key = self.keys.flows_settled
+        if cursor is None:
+            rows = self._command(
+                "settled_flows", "zrevrange", key, 0, limit, withscores=True, score_cast_func=_ms
+            )
+            return _settled_page(rows, limit)
+        at, flow_id = _settled_cursor(cursor)
+        # Ties on settled_at come in reverse member order: skip those at or above the cursor.
+        found: list[tuple[str, int]] = []
+        offset = 0
+        while len(found) <= limit:
+            rows = self._command(
+                "settled_flows",
+                "zrevrangebyscore",
+                key,
+                at,
+                "-inf",
+                start=offset,
+                num=limit + 1,
+                withscores=True,
+                score_cast_func=_ms,
+            )
+            offset += len(rows)
+            found.extend(r for r in rows if r[1] < at or r[0] < flow_id)
+            if len(rows) < limit + 1 or offset >= FLOWS_SETTLED_CAP:
+                break
+        return _settled_page(found, limit)
+
     def flow_owed_cascades(self, flow_id: str) -> int:
         """How many of a parent's rows still owe a cancel into their child store."""
         return int(self._command("flow_owed_cascades", "hget", self.keys.flow_owes, flow_id) or 0)
@@ -364,6 +404,24 @@ class FlowOperations:
         keys = list(store_keys)
         if keys:
             self._command("clear_unroutable", "hdel", self.keys.outbox_unroutable, *keys)
+
+
+def _ms(value: Any) -> int:
+    return int(float(value))
+
+
+def _settled_cursor(cursor: str) -> tuple[int, str]:
+    head, sep, flow_id = cursor.partition(":")
+    if not sep or not head.isdigit() or not flow_id:
+        raise InvalidRequestError(f"malformed settled-flows cursor {cursor!r}")
+    return int(head), flow_id
+
+
+def _settled_page(rows: Sequence[tuple[str, int]], limit: int) -> SettledFlowsPage:
+    items = [SettledFlow(flow_id, int(at)) for flow_id, at in rows[:limit]]
+    more = len(rows) > limit and items
+    cursor = f"{items[-1].settled_at}:{items[-1].flow_id}" if more else None
+    return SettledFlowsPage(items, cursor)
 
 
 def _outbox_seq(after: str | None) -> int | None:

@@ -14,6 +14,10 @@ NUL = "\0"
 #: follows it); ``WAITING_SEQ_WIDTH`` / ``WAITING_SEQ_ZEROS`` in lua/lib/keys.lua.
 WAITING_SEQ_WIDTH = 16
 
+#: How many lately settled flow parents a store keeps in ``flows_settled`` (the newest);
+#: ``FLOWS_SETTLED_CAP`` in lua/lib/parked.lua.
+FLOWS_SETTLED_CAP = 1000
+
 
 def check_prefix(prefix: str) -> None:
     """Raise ValueError unless ``prefix`` can name a store (non-empty; no braces, no NUL)."""
@@ -44,6 +48,9 @@ class StoreKeys:
         self.flow_pending = f"{tag}:flow:pending"
         self.flow_cascade = f"{tag}:flow:cascade"
         self.flow_gc = f"{tag}:flow:gc"
+        #: Flow parents that reached a terminal state lately, scored by finished_at, capped
+        #: to the newest FLOWS_SETTLED_CAP (lua/lib/parked.lua).
+        self.flows_settled = f"{tag}:flows:settled"
         self.outbox_unroutable = f"{tag}:outbox:unroutable"
         self.schedules = f"{tag}:schedules"
         self.schedules_paused = f"{tag}:schedules:paused"

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
         ListResult,
         OutboxEntry,
         ScheduleRecord,
+        SettledFlowsPage,
         StalledJob,
     )
 
@@ -277,3 +278,5 @@ class JobStore(Protocol):
     def unroutable_outbox(self) -> dict[str, tuple[int, int]]: ...
 
     def flow_owed_cascades(self, flow_id: str) -> int: ...
+
+    def settled_flows(self, cursor: str | None = None, limit: int = 50) -> SettledFlowsPage: ...

@@ -620,5 +620,21 @@ class ChildResultsPage:
     cursor: str | None = None
 
 
+@dataclass(frozen=True)
+class SettledFlow:
+    """A flow parent that reached a terminal state lately, and when (epoch ms)."""
+
+    flow_id: str
+    settled_at: int
+
+
+@dataclass(frozen=True)
+class SettledFlowsPage:
+    """Newest first; ``cursor`` continues after the last item (None: no more)."""
+
+    items: list[SettledFlow]
+    cursor: str | None = None
+
+
 def is_finite_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)

@@ -1,8 +1,12 @@
-"""The flow page (``views/flows.py``, ``flow.html``): a parent, a page of children, why it waits.
+"""The flow pages (``views/flows.py``): the list of flow parents (``flows.html``) and one
+flow (``flow.html``): a parent, a page of children, its ancestors, why it waits.
 
-Nothing walks the tree: a page reads one page of dependency rows, the listed
-children's records (one batched read per child store) and a bounded scan of each
-configured store's outbox; nested flows load one level at a time.
+Nothing walks the tree: a flow page reads one page of dependency rows, the listed
+children's records (one batched read per child store), a bounded scan of each
+configured store's outbox and at most MAX_ANCESTORS parent records up the tree;
+nested flows load one level at a time.  The list reads one page of the parked
+parents (``list_by_state(["waiting-children"])``) or of the store's capped set of
+lately settled parents (``settled_flows``) plus those parents' records.
 """
 
 from __future__ import annotations
@@ -12,8 +16,10 @@ from typing import Any
 
 from mqadmin import services
 from mqadmin.queries.common import LIVE_WORKER_MS, TERMINAL
+from mqadmin.queries.explorer import QueryRefused
 from mqadmin.queries.job import Failure, failure_of
 from mqadmin.services import StoreUnavailable, open_store, reaching
+from store.errors import InvalidRequestError, ListOrderUnsupportedError
 
 #: Outbox entries one flow page reads per store when looking for its own.
 FLOW_OUTBOX_BUDGET = 5000
@@ -55,6 +61,22 @@ class OutboxMatch:
 
 
 @dataclass
+class Ancestor:
+    """A flow above the one shown, as the lower level's ``parent`` envelope names it."""
+
+    store_key: str
+    flow_id: str
+    flow_name: str
+    #: The child key this flow gave the level below it.
+    child_key: str
+    #: The store when configured here (links go there), else None.
+    store: str | None
+    #: Its record (None: gone, its store not configured, or unreachable).
+    record: Any | None
+    unreachable: bool = False
+
+
+@dataclass
 class FlowView:
     store: str
     record: Any
@@ -65,6 +87,10 @@ class FlowView:
     explanation: list[str]
     #: Live workers of the parent's store (they run the collect phase).
     paused: bool
+    #: The flows above this one, root first (at most MAX_ANCESTORS).
+    ancestors: list[Ancestor] = field(default_factory=list)
+    #: True when the tree goes higher than MAX_ANCESTORS (the root is not shown).
+    ancestors_cut: bool = False
 
     @property
     def flow(self) -> Any:
@@ -76,6 +102,8 @@ class FlowView:
 
 
 FLOW_PAGE = 50
+#: Parent records a flow page reads up the tree for its breadcrumb.
+MAX_ANCESTORS = 10
 
 
 def flow_view(
@@ -108,8 +136,115 @@ def flow_view(
         explanation=[],
         paused=paused,
     )
+    view.ancestors, view.ancestors_cut = ancestors_of(record)
     view.explanation = explain_flow(view)
     return view
+
+
+def ancestors_of(record: Any, limit: int = MAX_ANCESTORS) -> tuple[list[Ancestor], bool]:
+    """The flows above ``record``, root first, following each ``parent`` envelope.
+
+    One record read per level, in the store the envelope names, at most ``limit``
+    levels; the flag says the tree goes higher.  A level whose store is not
+    configured here, cannot be reached or no longer holds the parent ends the walk
+    (the envelope still names it).
+    """
+    configured = services.configured_stores()
+    chain: list[Ancestor] = []
+    seen: set[tuple[str, str]] = set()
+    current = record
+    while current is not None and current.parent is not None:
+        envelope = current.parent
+        where = (envelope.parent_store_key, envelope.flow_id)
+        if len(chain) >= limit or where in seen:  # seen: a damaged envelope loops
+            return chain[::-1], len(chain) >= limit
+        seen.add(where)
+        store = envelope.parent_store_key if envelope.parent_store_key in configured else None
+        level = Ancestor(
+            store_key=envelope.parent_store_key,
+            flow_id=envelope.flow_id,
+            flow_name=envelope.flow_name,
+            child_key=envelope.child_key,
+            store=store,
+            record=None,
+        )
+        if store is not None:
+            try:
+                parent_store = open_store(store)
+                with reaching(store):
+                    level.record = parent_store.get_job(envelope.flow_id)
+            except StoreUnavailable:
+                level.unreachable = True
+        chain.append(level)
+        current = level.record
+    return chain[::-1], False
+
+
+# ---------------------------------------------------------------- the list of flows
+
+#: The list's filters: parents parked in waiting-children, or settled lately.
+FLOW_LIST_STATES = {"waiting": "Waiting for children", "settled": "Settled lately"}
+FLOWS_PAGE = 50
+
+
+@dataclass
+class FlowListRow:
+    record: Any
+    #: Waiting: when its fan-out run started; settled: when it reached its final state.
+    at: int | None
+
+    @property
+    def done(self) -> int | None:
+        flow = self.record.flow
+        return None if flow is None else flow.total - flow.pending
+
+
+@dataclass
+class FlowList:
+    store: str
+    state: str
+    rows: list[FlowListRow]
+    next_cursor: str | None
+    now: int
+
+
+def flow_list(store_name: str, state: str, cursor: str | None, limit: int = FLOWS_PAGE) -> FlowList:
+    """One page of a store's flow parents, newest first.
+
+    ``waiting``: parents parked in waiting-children, by the start of their fan-out run
+    (the parked sets, one per queue).  ``settled``: parents that reached a terminal
+    state lately (the store keeps the newest ``store.keys.FLOWS_SETTLED_CAP``), by
+    when; a parent deleted since is left out.  A cursor of the other filter or a
+    malformed one is :class:`QueryRefused`.
+    """
+    job_store = open_store(store_name)
+    with reaching(store_name):
+        try:
+            rows, next_cursor = _flow_list_page(job_store, state, cursor, limit)
+        except ListOrderUnsupportedError as exc:
+            raise QueryRefused(exc.message, field="state") from exc
+        except InvalidRequestError as exc:
+            raise QueryRefused(f"This is not a cursor of this list: {exc}", field="cursor") from exc
+    return FlowList(store_name, state, rows, next_cursor, job_store.now())
+
+
+def _flow_list_page(
+    job_store: Any, state: str, cursor: str | None, limit: int
+) -> tuple[list[FlowListRow], str | None]:
+    if state == "waiting":
+        result = job_store.list_by_state(
+            ["waiting-children"], order="desc", cursor=cursor, limit=limit
+        )
+        return [FlowListRow(r, r.processed_at) for r in result.items], result.cursor
+    page = job_store.settled_flows(cursor=cursor, limit=limit)
+    ids = [item.flow_id for item in page.items]
+    records = job_store.get_jobs(ids) if ids else []
+    rows = [
+        FlowListRow(record, item.settled_at)
+        for item, record in zip(page.items, records, strict=True)
+        if record is not None
+    ]
+    return rows, page.cursor
 
 
 def _child_rows(rows: list[Any]) -> list[FlowChildRow]:

@@ -412,3 +412,17 @@ def short_json(value: Any, limit: int = 80) -> str:
         return ""
     text = json.dumps(value, ensure_ascii=False, default=str)
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+#: Ids up to this length are shown whole; longer ones as head…tail (the full id in a title).
+SHORT_ID_MAX = 20
+
+
+@register.filter
+def short_id(value: Any) -> str:
+    """A long id cut to its head and tail (``01JD8ZK3QF…7Q9F2A``) for a label; show the full
+    id beside it on request (a title, a "full id" toggle)."""
+    text = str(value)
+    if len(text) <= SHORT_ID_MAX:
+        return text
+    return f"{text[:10]}…{text[-6:]}"

@@ -10,7 +10,7 @@ from mqadmin.views.bulk import bulk_preview, bulk_result, bulk_run, bulk_selecte
 from mqadmin.views.common import HtmxHttpRequest
 from mqadmin.views.events import events
 from mqadmin.views.explorer import explorer
-from mqadmin.views.flows import flow
+from mqadmin.views.flows import flow, flows
 from mqadmin.views.job import job, job_logs, lookup
 from mqadmin.views.metrics import healthz, job_metrics, metrics, readyz
 from mqadmin.views.operations import audit, failures, indexes, outbox, schedules, workers
@@ -28,6 +28,7 @@ __all__ = [
     "explorer",
     "failures",
     "flow",
+    "flows",
     "healthz",
     "home",
     "indexes",

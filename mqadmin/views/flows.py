@@ -1,4 +1,5 @@
-"""The flow page: counters, one page of children, nested flows on demand, why it waits."""
+"""The flows pages: the list of flow parents per store, and one flow (counters, its
+ancestors, one page of children, nested flows on demand, why it waits)."""
 
 from __future__ import annotations
 
@@ -7,9 +8,42 @@ import secrets
 from django.http import HttpResponse
 from django.views.decorators.http import require_GET
 
-from mqadmin import forms
+from mqadmin import forms, services
 from mqadmin.queries import flows as queries
+from mqadmin.queries.explorer import QueryRefused
 from mqadmin.views.common import HtmxHttpRequest, dashboard_view, error_page, page
+
+FLOWS = "mqadmin/flows.html"
+
+
+@require_GET
+@dashboard_view
+def flows(request: HtmxHttpRequest) -> HttpResponse:
+    """Flow parents of one store, newest first: parked in waiting-children, or settled lately.
+
+    Paged forward by cursor (``cursor`` = the store's, for the chosen state); a
+    malformed query string or a cursor of another list answers 400 with the reason.
+    """
+    form = forms.FlowListForm(request.GET)
+    names = services.store_names()
+    context: dict[str, object] = {"states": queries.FLOW_LIST_STATES}
+    if not form.is_valid():
+        context.update(
+            store=form["store"].value() or (names[0] if names else "default"),
+            state="waiting",
+            errors=forms.form_errors(form),
+        )
+        return page(request, FLOWS, context, partial="parents", status=400)
+    store_name = form.cleaned_data.get("store") or (names[0] if names else "default")
+    state = form.cleaned_data["state"]
+    cursor = form.cleaned_data["cursor"]
+    context.update(store=store_name, state=state, cursor=cursor)
+    try:
+        context["flows"] = queries.flow_list(store_name, state, cursor, limit=queries.FLOWS_PAGE)
+    except QueryRefused as exc:
+        context["errors"] = [f"{exc.field}: {exc.message}" if exc.field else exc.message]
+        return page(request, FLOWS, context, partial="parents", status=400)
+    return page(request, FLOWS, context, partial="parents")
 
 
 @require_GET

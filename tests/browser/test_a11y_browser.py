@@ -5,6 +5,7 @@ across live refreshes and explorer swaps, and a skip link leads to the content."
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +60,8 @@ def pages(demo: Demo) -> dict[str, str]:  # noqa: F811
         "explorer-failed": "/jobs/?store=main&state=failed",
         "job": f"/stores/main/jobs/{demo.flaky}",
         "flow": "/stores/main/flows/demo/monthly-report",
+        "flows": "/flows/?store=main",
+        "flows-settled": "/flows/?store=main&state=settled",
         "failures": "/failures/?store=main",
         "workers": "/workers/",
         "job-metrics": "/metrics/jobs/",
@@ -309,3 +312,39 @@ def test_the_explorer_disables_impossible_combinations_before_submit(
     page.locator("input[name=state][value=waiting]").check()
     assert disabled_options() == {"run_at", "finished_at", "position"}
     assert not console.errors, console.errors
+
+
+def test_a_nested_flow_reads_on_a_390px_phone(
+    browser: Any,
+    live_server: Any,
+    demo: Demo,  # noqa: F811
+) -> None:
+    """The flow page's child cards carry their labels, a child that is no flow has no empty
+    "Nested flow" line, an expanded nested flow fills the card, and its page links back up."""
+    context = browser.new_context(viewport={"width": 390, "height": 844}, device_scale_factor=1)
+    phone = context.new_page()
+    phone.set_default_timeout(15_000)
+    try:
+        base = live_server.url
+        root = "/stores/main/flows/demo/monthly-report"
+        log_in(phone, base, root)
+        empty = phone.locator("#children table.children td.flow-cell:empty").all()
+        assert empty and not any(cell.is_visible() for cell in empty)
+        label = phone.evaluate(
+            "getComputedStyle(document.querySelector('#children th.child-key'), '::before').content"
+        )
+        assert label == '"Child"'
+        phone.locator("#children").get_by_role("link", name="Expand flow").click()
+        phone.wait_for_selector(".nested-flow table.children")
+        shot(phone, "phone-flow-nested")
+        card = phone.locator(".nested-flow table.children tbody tr").first
+        box = card.bounding_box()
+        assert box is not None and box["width"] > 250, box
+        assert card.locator("th.child-key a").inner_text().strip()
+        assert phone.evaluate("document.documentElement.scrollWidth") <= 390
+        phone.locator(".nested-flow").get_by_role("link", name="open this flow").click()
+        phone.wait_for_selector(".flow-crumbs a.ancestor")
+        phone.get_by_role("link", name="Up to the parent flow").click()
+        phone.wait_for_url(re.compile(re.escape(base + root) + "$"))
+    finally:
+        context.close()

@@ -153,6 +153,7 @@ def add_fixed_cast(main: Any, side: Any) -> dict[str, str]:
         EnqueueRequest(name="Report", queue="reports", delay_ms=3_600_000)
     ).id
     ids["flow"] = fan_out(main, side, ["a", "b", "c"])
+    main.cancel(fan_out(main, side, ["x"]))  # a settled flow parent (the flows page lists it)
     # A queue with job groups, one of them full (its job page says why its job waits).
     main.set_queue_limits("tenants", group_concurrency=1)
     for _ in range(2):
@@ -188,6 +189,8 @@ def pages(ids: dict[str, str]) -> dict[str, str]:
         "job": f"/stores/main/jobs/{ids['failed']}",
         "job (htmx refresh)": f"/stores/main/jobs/{ids['delayed']}",
         "flow": f"/stores/main/flows/{ids['flow']}",
+        "flows waiting": "/flows/?store=main",
+        "flows settled": "/flows/?store=main&state=settled",
         "queue": "/stores/main/queues/tenants",
         "queue (htmx refresh)": "/stores/main/queues/tenants",
         "job held back by its group": f"/stores/main/jobs/{ids['grouped']}",

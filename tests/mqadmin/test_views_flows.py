@@ -59,7 +59,7 @@ def child_keys(html: str) -> list[str]:
     body = html.split('<table class="children dense">', 1)[1].split("</table>", 1)[0]
     return [
         htmllib.unescape(k)
-        for k in re.findall(r'<tr>\s*<td><code class="wrap">([^<]*)</code></td>', body)
+        for k in re.findall(r'class="child-key"[^>]*>\s*<(?:a|code)\b[^>]*>([^<]*)</', body)
     ]
 
 
@@ -249,3 +249,192 @@ def test_children_in_a_store_not_configured_here(
 
     assert "(not configured here)" in html
     assert "1 pending children live in stores this dashboard does not configure" in html
+
+
+# ---------------------------------------------------------------- the list of flows and the tree
+
+
+def nest(stores: Stores, flow_id: str, token: str = "w-n:1") -> str:
+    """Claim the side store's next child of ``flow_id`` and fan it out into "de" and "fr" in
+    the main store: a flow nested in a flow, across the two stores.  Returns its id."""
+    claimed = stores.side.claim(
+        queue="parts", names=["RenderPart"], token=token, lock_duration_ms=60_000
+    )
+    assert isinstance(claimed, Claimed) and claimed.job.parent is not None
+    assert claimed.job.parent.flow_id == flow_id
+    nested_id = claimed.job.id
+    grand = [
+        FlowChildSpec(
+            child_key=country,
+            store_key="main",
+            request=EnqueueRequest(
+                id=child_job_id("side", nested_id, country),
+                name="RenderCountry",
+                queue="countries",
+                parent=ParentEnvelope("Nested", nested_id, country, "side", 2),
+            ),
+        )
+        for country in ("de", "fr")
+    ]
+    stores.side.ack(nested_id, token, FanOut(False, grand))
+    stores.main.enqueue_many([g.request for g in grand])
+    return nested_id
+
+
+def flow_rows(html: str) -> list[str]:
+    """The parent ids the flows list shows, in order (from each row's full-id title)."""
+    body = html.split('<table class="flows dense">', 1)[1].split("</table>", 1)[0]
+    return [
+        htmllib.unescape(i)
+        for i in re.findall(r'<td class="id"[^>]*><a [^>]*title="([^"]*)"', body)
+    ]
+
+
+def test_the_flows_page_lists_waiting_parents_with_counters_and_links(
+    stores: Stores, admin_client_: Client
+) -> None:
+    flow_id = fan_out(stores.main, stores.side, ["a", "b", "c"])
+    finish_child(stores)
+    relay(stores)
+    stores.main.enqueue(EnqueueRequest(name="Plain", queue="reports"))  # not a flow
+
+    response = admin_client_.get("/flows/?store=main")
+
+    assert response.status_code == 200
+    html = text_of(response)
+    assert flow_rows(html) == [flow_id]
+    assert f'href="/stores/main/flows/{flow_id}"' in html
+    assert "1 / 3" in html  # children done / total, from the parent's flow counters
+    assert "BuildReport" in html and ">reports<" in html
+    assert "Plain" not in html
+    assert 'aria-current="page">Flows</a>' in html
+    # Nothing settled yet.
+    settled = text_of(admin_client_.get("/flows/?store=main&state=settled"))
+    assert "No flow parent settled lately in main." in settled
+
+
+def test_settled_parents_are_listed_once_they_finish(stores: Stores, admin_client_: Client) -> None:
+    waiting = fan_out(stores.main, stores.side, ["a"])
+    cancelled = fan_out(stores.main, stores.side, ["a", "b"])
+    stores.main.cancel(cancelled)
+
+    settled_html = text_of(admin_client_.get("/flows/?store=main&state=settled"))
+    waiting_html = text_of(admin_client_.get("/flows/?store=main&state=waiting"))
+
+    assert flow_rows(settled_html) == [cancelled]
+    assert "state-cancelled" in settled_html
+    # Cancelling a parked parent settles its rows too (cancelled): every child is done.
+    assert "2 / 2" in settled_html
+    assert flow_rows(waiting_html) == [waiting]
+
+
+def test_the_flows_page_is_paged_by_cursor(
+    stores: Stores, admin_client_: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(flow_queries, "FLOWS_PAGE", 2)
+    settled = [fan_out(stores.main, stores.side, ["a"]) for _ in range(3)]
+    for flow_id in settled:
+        stores.main.cancel(flow_id)
+    waiting = [fan_out(stores.main, stores.side, ["a"]) for _ in range(3)]
+
+    for state, ids in (("waiting", waiting), ("settled", settled)):
+        first = text_of(admin_client_.get(f"/flows/?store=main&state={state}"))
+        more = re.search(r'<a rel="next" href="([^"]*)"', first)
+        assert more, state
+        next_url = htmllib.unescape(more.group(1))
+        second = text_of(admin_client_.get(next_url))
+        assert '<a rel="next"' not in second
+        assert "« Newest" in second
+        assert len(flow_rows(first)) == 2 and len(flow_rows(second)) == 1
+        assert sorted(flow_rows(first) + flow_rows(second)) == sorted(ids), state
+        # The htmx partial of a next page is the list alone.
+        partial = text_of(admin_client_.get(next_url, headers={"HX-Request": "true"}))
+        assert "<html" not in partial and 'id="parents"' in partial
+        assert flow_rows(partial) == flow_rows(second)
+
+
+def test_a_user_without_permissions_sees_the_flows_page(stores: Stores, viewer: Client) -> None:
+    flow_id = fan_out(stores.main, stores.side, ["a"])
+    response = viewer.get("/flows/?store=side")
+    assert response.status_code == 200
+    assert "No flow parent waits for its children in side." in text_of(response)
+    assert flow_id in text_of(viewer.get("/flows/"))  # the first store by default
+
+
+def test_a_nested_flow_links_up_to_its_parent_across_stores(
+    stores: Stores, admin_client_: Client
+) -> None:
+    root = fan_out(stores.main, stores.side, ["region"])
+    nested = nest(stores, root)
+
+    html = text_of(admin_client_.get(f"/stores/side/flows/{nested}"))
+
+    crumbs = html.split('<nav class="crumbs flow-crumbs"', 1)[1].split("</nav>", 1)[0]
+    assert 'href="/flows/?store=side"' in crumbs
+    assert re.findall(r'class="ancestor" href="([^"]*)"', crumbs) == [f"/stores/main/flows/{root}"]
+    assert "BuildReport" in crumbs and "child “region”" in crumbs
+    assert f'class="up-link" href="/stores/main/flows/{root}"' in html
+    assert "Nested: child “region” of flow Report" in html
+    # The root links down to the nested flow's own page; a plain child has no flow link.
+    top = text_of(admin_client_.get(f"/stores/main/flows/{root}"))
+    assert f'href="/stores/side/flows/{nested}" title="The flow page of child region"' in top
+    assert 'class="ancestor"' not in top
+    # And the nested flow's job page links to its parent flow.
+    job = text_of(admin_client_.get(f"/stores/side/jobs/{nested}"))
+    assert f'href="/stores/main/flows/{root}"' in job
+
+
+def test_the_breadcrumb_lists_every_ancestor_root_first(
+    stores: Stores, admin_client_: Client
+) -> None:
+    root = fan_out(stores.main, stores.side, ["region"])
+    nested = nest(stores, root)
+    # The grandchild "de" (in main) fans out in turn: three levels over two stores.
+    claimed = stores.main.claim(
+        queue="countries", names=["RenderCountry"], token="w-g:1", lock_duration_ms=60_000
+    )
+    assert isinstance(claimed, Claimed)
+    grand = claimed.job.id
+    leaf = FlowChildSpec(
+        child_key="city",
+        store_key="side",
+        request=EnqueueRequest(
+            id=child_job_id("main", grand, "city"),
+            name="RenderCity",
+            queue="cities",
+            parent=ParentEnvelope("Deep", grand, "city", "main", 3),
+        ),
+    )
+    stores.main.ack(grand, "w-g:1", FanOut(False, [leaf]))
+
+    html = text_of(admin_client_.get(f"/stores/main/flows/{grand}"))
+
+    crumbs = html.split('<nav class="crumbs flow-crumbs"', 1)[1].split("</nav>", 1)[0]
+    assert re.findall(r'class="ancestor" href="([^"]*)"', crumbs) == [
+        f"/stores/main/flows/{root}",
+        f"/stores/side/flows/{nested}",
+    ]
+    view = flow_queries.flow_view("main", grand, None)
+    assert view is not None
+    up, cut = flow_queries.ancestors_of(view.record, limit=1)
+    assert [a.flow_id for a in up] == [nested] and cut
+    assert [a.child_key for a in view.ancestors] == ["region", claimed.job.parent.child_key]  # type: ignore[union-attr]
+
+
+def test_children_are_labelled_by_key_with_the_full_id_on_request(
+    stores: Stores, admin_client_: Client
+) -> None:
+    flow_id = fan_out(stores.main, stores.side, ["a", "b"])
+
+    html = text_of(admin_client_.get(f"/stores/main/flows/{flow_id}"))
+
+    full = child_job_id("main", flow_id, "a")
+    assert f'title="{full}">a</a>' in html
+    assert (
+        f'<summary>full id<span class="visually-hidden"> of child a</span></summary><code class="select-all">{full}</code>'
+        in html
+    )
+    # Every cell carries its label for the phone layout; a child that is not a flow has an
+    # empty last cell (hidden on phones), never an empty labelled line.
+    assert '<td class="flow-cell" data-label="Nested flow"></td>' in html
+    assert 'data-label="Live state"' in html

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from store import chunks, scripts
-from store.keys import NUL, WAITING_SEQ_WIDTH, StoreKeys
+from store.keys import FLOWS_SETTLED_CAP, NUL, WAITING_SEQ_WIDTH, StoreKeys
 
 ID, QUEUE, NAME, STATE = "j-42", "q:ueue", "Na:me", "failed"
 CHILD, GROUP, DEDUPE = "child:1", "0123456789abcdef", "dedupe:key"
@@ -54,6 +54,7 @@ PAIRS: list[tuple[Any, str]] = [
     (lambda k: k.events, "K_LIMIT.events"),
     (lambda k: k.events_cap, "K_LIMIT.evcap"),
     (lambda k: k.logs(ID), "K_LIMIT.logs .. ARGV[1]"),
+    (lambda k: k.flows_settled, "K_LIMIT.settled"),
     (lambda k: k.index_seq, "k_ixseq()"),
     (lambda k: k.index_counts, "k_ixcount()"),
     (lambda k: k.finished_total, "k_finished_total()"),
@@ -120,9 +121,10 @@ def test_waiting_members_and_constants_match(redis_client: Any) -> None:
     body = (
         "return { WAITING_SEQ_WIDTH, WAITING_SEQ_ZEROS, waiting_member('42', ARGV[1]),"
         " waiting_member(7, ARGV[1]), string.sub(waiting_member('42', ARGV[1]),"
-        " WAITING_SEQ_WIDTH + 1), CZ_HEAD_ROWS, CZ_HEAD_ROW_ITEMS, CZ_CAP, NUL }"
+        " WAITING_SEQ_WIDTH + 1), CZ_HEAD_ROWS, CZ_HEAD_ROW_ITEMS, CZ_CAP, NUL,"
+        " FLOWS_SETTLED_CAP }"
     )
-    width, zeros, member, member7, back, head_rows, row_items, cap, nul = _lua(
+    width, zeros, member, member7, back, head_rows, row_items, cap, nul, settled_cap = _lua(
         redis_client, "{p}", body
     )
     assert width == WAITING_SEQ_WIDTH
@@ -134,6 +136,7 @@ def test_waiting_members_and_constants_match(redis_client: Any) -> None:
     assert row_items == chunks.HEAD_ROW_ITEMS
     assert cap == chunks.CHUNK_CAPACITY
     assert nul == NUL
+    assert settled_cap == FLOWS_SETTLED_CAP
 
 
 def test_fmt_keeps_texts_but_never_confuses_zero_and_minus_zero(redis_client: Any) -> None:

@@ -63,6 +63,8 @@ local function bind(tag)
   K_LIMIT.events = B .. ':events'
   K_LIMIT.evcap = B .. ':events:cap'
   K_LIMIT.logs = B .. ':logs:' -- .. id
+  -- Flow parents that settled lately (lib/parked.lua), a table field for the same reason.
+  K_LIMIT.settled = B .. ':flows:settled'
 end
 
 local function k_job(id) return B .. ':job:' .. id end

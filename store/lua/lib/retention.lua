@@ -51,6 +51,7 @@ local function delete_job(id)
     redis.call('ZREM', k_finished(state), id)
     redis.call('ZREM', k_terminal(name, state), id)
     redis.call('ZREM', K_KEEPAGE, id)
+    redis.call('ZREM', K_LIMIT.settled, id)
   end
   if redis.call('EXISTS', k_flowchildren(id)) == 1 then delete_flow_rows(id) end
   redis.call('HDEL', K_FLOW_OWES, id)

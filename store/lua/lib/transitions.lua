@@ -3,18 +3,19 @@
 -- The fields every transition needs, read in one call.  nil when the row is
 -- gone or is a remnant without its identifying fields (see is_row).
 -- has_parent: whether the job carries a parent envelope (finish then appends
--- its report to the outbox; without one it need not look); jk: the job's key.
+-- its report to the outbox; without one it need not look); has_flow: whether it
+-- fanned out (a manifest's counters exist); jk: the job's key.
 local function snapshot(id)
   local jk = k_job(id)
   local f = redis.call('HMGET', jk, 'state', 'queue', 'name', 'seq', 'priority',
-    'pa', 'cancel_requested', 'keep', 'dedupe_key', 'lock_token', 'lq', 'group', 'am', 'parent')
+    'pa', 'cancel_requested', 'keep', 'dedupe_key', 'lock_token', 'lq', 'group', 'am', 'parent', 'flow_pending')
   if not is_row(f[1], f[2], f[3], f[4]) then return nil end
   return {
     state = f[1], queue = f[2], name = f[3], seq = f[4], priority = f[5] or '0',
     processed_at = f[6] or nil, cancel_requested = f[7] == '1', keep = get_long(jk, 'keep', f[8]) or nil,
     dedupe_key = get_long(jk, 'dedupe_key', f[9]) or nil, lock_token = f[10] or nil,
     limited = f[11] and true or false, group = f[12] or nil, am = tonumber(f[13]) or 0,
-    has_parent = f[14] and true or false, jk = jk,
+    has_parent = f[14] and true or false, has_flow = f[15] and true or false, jk = jk,
   }
 end
 
@@ -65,6 +66,7 @@ local function finish(id, j, to_state, opts, now)
   TALLY.finish(j.queue, to_state, now)
   if not folded then append_attempt(id, label, j.processed_at, now, opts.ledger_exit) end
   if j.has_parent ~= false then append_outbox(id, to_state, now) end
+  if j.has_flow then note_settled(id, now) end
   EVENTS.emit(to_state, id, j.name, j.queue, j.am, now, opts.event_data)
   release_dedupe(j.name, j.dedupe_key, id, now)
   retain_terminal(id, j.name, to_state, j.keep, now, opts.prune ~= false)
