@@ -217,6 +217,10 @@ class Verb:
     fields: Mapping[str, Callable[[], Any]] = field(default_factory=dict)
     #: What the extra fields mean, shown with them ("" for none).
     help: str = ""
+    #: What happens to a job it applies to, for bulk previews ("will be retried").
+    outcome: str = ""
+    #: State -> a different outcome for jobs in that state (a running job's cancel).
+    outcomes: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.key:
@@ -242,6 +246,14 @@ class Verb:
 
     def applies_to(self, state: str) -> bool:
         return self.states is None or state in self.states
+
+    @property
+    def dangerous(self) -> bool:
+        return self.style == "danger"
+
+    def outcome_in(self, state: str) -> str:
+        """What the verb does to a job in ``state`` ("will be retried"), for previews."""
+        return self.outcomes.get(state, self.outcome or f"will get “{self.name}”")
 
     def confirm_text(self, target: str, store: str, **facts: Any) -> str:
         return self.confirm(target=target, store=store, **facts) if self.confirm else ""
@@ -480,6 +492,7 @@ VERBS: tuple[Verb, ...] = (
         states=frozenset({"failed"}),
         refusal="only failed jobs can be retried",
         bulk=True,
+        outcome="will be retried",
     ),
     Verb(
         JOB,
@@ -493,6 +506,10 @@ VERBS: tuple[Verb, ...] = (
         style="danger",
         confirm=lambda target, **facts: f"Cancel job {target}?",
         bulk=True,
+        outcome="will be cancelled",
+        outcomes={
+            "active": "will be asked to stop (their workers cancel them at the next heartbeat)"
+        },
     ),
     Verb(
         JOB,
@@ -504,6 +521,7 @@ VERBS: tuple[Verb, ...] = (
         states=frozenset({"delayed"}),
         refusal="only delayed jobs can be promoted",
         bulk=True,
+        outcome="will be promoted (waiting now)",
     ),
     Verb(
         JOB,
@@ -518,6 +536,7 @@ VERBS: tuple[Verb, ...] = (
         confirm=lambda target, **facts: f"Remove job {target} and its attempt ledger for good?",
         bulk=True,
         removes=True,
+        outcome="will be removed for good",
     ),
     Verb(
         QUEUE,
@@ -641,6 +660,25 @@ def find(kind: str, name: str) -> Verb | None:
 def by_key() -> dict[str, Verb]:
     """Key (audit action) -> verb."""
     return {verb.key: verb for verb in VERBS}
+
+
+def bulk_verbs_for(states: Iterable[str] | None) -> tuple[Verb, ...]:
+    """The bulk verbs that apply to at least one of ``states`` (all of them when unknown)."""
+    if states is None:
+        return bulk_verbs()
+    listed = set(states)
+    return tuple(verb for verb in bulk_verbs() if any(verb.applies_to(s) for s in listed))
+
+
+def default_bulk_verb(offered: Iterable[Verb]) -> Verb | None:
+    """The verb a bulk chooser starts on: the only safe one offered, else none.
+
+    An operator looking at failed jobs means to retry them, at delayed ones to promote
+    them; when two safe verbs (or only dangerous ones) are offered the page must not
+    guess, so nothing is preselected.
+    """
+    safe = [verb for verb in offered if not verb.dangerous]
+    return safe[0] if len(safe) == 1 else None
 
 
 def bulk_choices() -> list[tuple[str, str]]:

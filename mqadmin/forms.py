@@ -406,9 +406,12 @@ class BulkSelectedForm(forms.Form):
 
 
 class BulkFilterForm(JobFilterForm):
-    """An explorer filter plus the verb to apply to every match (and where to resume)."""
+    """An explorer filter plus the verb to apply to every match (and where to resume).
 
-    verb = forms.ChoiceField(choices=job_verb_choices)
+    The verb may be left out of a preview: it then says what each verb would do.
+    """
+
+    verb = forms.ChoiceField(choices=job_verb_choices, required=False)
     resume = CursorField()
     #: The audit entry of the run's previous request (progress adds up over "continue").
     run = forms.IntegerField(required=False, min_value=1)
