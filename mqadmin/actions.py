@@ -66,6 +66,8 @@ VIEW_PAYLOAD = Grant("view_payload", "Can see job payloads, exits and metadata v
 TRIGGER_SCHEDULE = Grant("trigger_schedule", "Can trigger a schedule now")
 REMOVE_SCHEDULE = Grant("remove_schedule", "Can remove schedules")
 CHANGE_LIMITS = Grant("change_limits", "Can change queue limits")
+DRAIN_QUEUE = Grant("drain_queue", "Can drain queues (remove their waiting and delayed jobs)")
+CLEAN_QUEUE = Grant("clean_queue", "Can clean queues (remove their finished jobs)")
 
 #: Every permission of the dashboard, in the order of the migration: append new ones
 #: (reordering them makes Django write a migration that only reorders).
@@ -80,12 +82,26 @@ GRANTS: tuple[Grant, ...] = (
     TRIGGER_SCHEDULE,
     REMOVE_SCHEDULE,
     CHANGE_LIMITS,
+    DRAIN_QUEUE,
+    CLEAN_QUEUE,
 )
 
 #: The permission name a bulk run needs besides its verb's own.
 BULK = "bulk"
 #: Its words in a refusal ("... permission to run bulk actions").
 BULK_DOING = "run bulk actions"
+#: The queue page's sweeps: drain (remove waiting and delayed jobs) and clean (remove
+#: finished jobs).  Each is previewed and run in chunks like a bulk run, so it is no
+#: verb of one target; its permission is checked by these names, as ``BULK``'s is.
+DRAIN = "drain_queue"
+CLEAN = "clean_queue"
+
+#: Permissions checked by a name of their own (not a verb's key): name -> (grant, doing).
+OPERATIONS: dict[str, tuple[Grant, str]] = {
+    BULK: (BULK_ACTION, BULK_DOING),
+    DRAIN: (DRAIN_QUEUE, "drain queues"),
+    CLEAN: (CLEAN_QUEUE, "clean queues"),
+}
 
 
 def model_permissions() -> list[tuple[str, StrOrPromise]]:
@@ -725,8 +741,8 @@ def check_registry(registry: Iterable[Verb] | None = None) -> list[str]:
             problems.append(f"verb {verb.key!r} needs {verb.grant.codename!r}, missing from GRANTS")
         if verb.checked_as is not None and verb.checked_as not in keys:
             problems.append(f"verb {verb.key!r} is checked as an unknown verb {verb.checked_as!r}")
-        if verb.key == BULK:
-            problems.append(f"the key {BULK!r} is the bulk permission's")
+        if verb.key in OPERATIONS:
+            problems.append(f"the key {verb.key!r} is the {verb.key} permission's")
         if verb.states is not None and verb.kind == JOB.kind and not verb.refusal:
             problems.append(f"job verb {verb.key!r} applies to some states but has no refusal")
     return problems
