@@ -67,6 +67,8 @@ TRIGGER_SCHEDULE = Grant("trigger_schedule", "Can trigger a schedule now")
 REMOVE_SCHEDULE = Grant("remove_schedule", "Can remove schedules")
 CHANGE_LIMITS = Grant("change_limits", "Can change queue limits")
 CONTROL_WORKER = Grant("control_worker", "Can quiet, resume and stop workers")
+DRAIN_QUEUE = Grant("drain_queue", "Can drain queues (remove their waiting and delayed jobs)")
+CLEAN_QUEUE = Grant("clean_queue", "Can clean queues (remove their finished jobs)")
 
 #: Every permission of the dashboard, in the order of the migration: append new ones
 #: (reordering them makes Django write a migration that only reorders).
@@ -82,12 +84,26 @@ GRANTS: tuple[Grant, ...] = (
     REMOVE_SCHEDULE,
     CHANGE_LIMITS,
     CONTROL_WORKER,
+    DRAIN_QUEUE,
+    CLEAN_QUEUE,
 )
 
 #: The permission name a bulk run needs besides its verb's own.
 BULK = "bulk"
 #: Its words in a refusal ("... permission to run bulk actions").
 BULK_DOING = "run bulk actions"
+#: The queue page's sweeps: drain (remove waiting and delayed jobs) and clean (remove
+#: finished jobs).  Each is previewed and run in chunks like a bulk run, so it is no
+#: verb of one target; its permission is checked by these names, as ``BULK``'s is.
+DRAIN = "drain_queue"
+CLEAN = "clean_queue"
+
+#: Permissions checked by a name of their own (not a verb's key): name -> (grant, doing).
+OPERATIONS: dict[str, tuple[Grant, str]] = {
+    BULK: (BULK_ACTION, BULK_DOING),
+    DRAIN: (DRAIN_QUEUE, "drain queues"),
+    CLEAN: (CLEAN_QUEUE, "clean queues"),
+}
 
 
 def model_permissions() -> list[tuple[str, StrOrPromise]]:
@@ -230,6 +246,10 @@ class Verb:
     fields: Mapping[str, Callable[[], Any]] = field(default_factory=dict)
     #: What the extra fields mean, shown with them ("" for none).
     help: str = ""
+    #: What happens to a job it applies to, for bulk previews ("will be retried").
+    outcome: str = ""
+    #: State -> a different outcome for jobs in that state (a running job's cancel).
+    outcomes: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.key:
@@ -255,6 +275,14 @@ class Verb:
 
     def applies_to(self, state: str) -> bool:
         return self.states is None or state in self.states
+
+    @property
+    def dangerous(self) -> bool:
+        return self.style == "danger"
+
+    def outcome_in(self, state: str) -> str:
+        """What the verb does to a job in ``state`` ("will be retried"), for previews."""
+        return self.outcomes.get(state, self.outcome or f"will get “{self.name}”")
 
     def confirm_text(self, target: str, store: str, **facts: Any) -> str:
         return self.confirm(target=target, store=store, **facts) if self.confirm else ""
@@ -552,6 +580,7 @@ VERBS: tuple[Verb, ...] = (
         states=frozenset({"failed"}),
         refusal="only failed jobs can be retried",
         bulk=True,
+        outcome="will be retried",
     ),
     Verb(
         JOB,
@@ -565,6 +594,10 @@ VERBS: tuple[Verb, ...] = (
         style="danger",
         confirm=lambda target, **facts: f"Cancel job {target}?",
         bulk=True,
+        outcome="will be cancelled",
+        outcomes={
+            "active": "will be asked to stop (their workers cancel them at the next heartbeat)"
+        },
     ),
     Verb(
         JOB,
@@ -576,6 +609,7 @@ VERBS: tuple[Verb, ...] = (
         states=frozenset({"delayed"}),
         refusal="only delayed jobs can be promoted",
         bulk=True,
+        outcome="will be promoted (waiting now)",
     ),
     Verb(
         JOB,
@@ -590,6 +624,7 @@ VERBS: tuple[Verb, ...] = (
         confirm=lambda target, **facts: f"Remove job {target} and its attempt ledger for good?",
         bulk=True,
         removes=True,
+        outcome="will be removed for good",
     ),
     Verb(
         QUEUE,
@@ -755,6 +790,25 @@ def by_key() -> dict[str, Verb]:
     return {verb.key: verb for verb in VERBS}
 
 
+def bulk_verbs_for(states: Iterable[str] | None) -> tuple[Verb, ...]:
+    """The bulk verbs that apply to at least one of ``states`` (all of them when unknown)."""
+    if states is None:
+        return bulk_verbs()
+    listed = set(states)
+    return tuple(verb for verb in bulk_verbs() if any(verb.applies_to(s) for s in listed))
+
+
+def default_bulk_verb(offered: Iterable[Verb]) -> Verb | None:
+    """The verb a bulk chooser starts on: the only safe one offered, else none.
+
+    An operator looking at failed jobs means to retry them, at delayed ones to promote
+    them; when two safe verbs (or only dangerous ones) are offered the page must not
+    guess, so nothing is preselected.
+    """
+    safe = [verb for verb in offered if not verb.dangerous]
+    return safe[0] if len(safe) == 1 else None
+
+
 def bulk_choices() -> list[tuple[str, str]]:
     """The bulk forms' verb choices."""
     return [(verb.name, verb.label) for verb in bulk_verbs()]
@@ -799,8 +853,8 @@ def check_registry(registry: Iterable[Verb] | None = None) -> list[str]:
             problems.append(f"verb {verb.key!r} needs {verb.grant.codename!r}, missing from GRANTS")
         if verb.checked_as is not None and verb.checked_as not in keys:
             problems.append(f"verb {verb.key!r} is checked as an unknown verb {verb.checked_as!r}")
-        if verb.key == BULK:
-            problems.append(f"the key {BULK!r} is the bulk permission's")
+        if verb.key in OPERATIONS:
+            problems.append(f"the key {verb.key!r} is the {verb.key} permission's")
         if verb.states is not None and verb.kind == JOB.kind and not verb.refusal:
             problems.append(f"job verb {verb.key!r} applies to some states but has no refusal")
     return problems

@@ -17,6 +17,7 @@ from mqadmin import actions, services
 from mqadmin.queries.explorer import ORDER_CHOICES, STATES, JobQuery, auto_order
 from mqadmin.queries.flows import FLOW_LIST_STATES
 from mqadmin.queries.operations import FAILURE_SORTS, FAILURE_WINDOW_LABELS, FailureFilters
+from mqadmin.queries.queue import SWEEP_STATES
 from mqadmin.search import MAX_SEARCH, PAYLOAD_SEARCH_DENIED, Search, parse_search
 from store.errors import InvalidCursorError
 from store.listing import parse_cursor
@@ -417,9 +418,12 @@ class BulkSelectedForm(forms.Form):
 
 
 class BulkFilterForm(JobFilterForm):
-    """An explorer filter plus the verb to apply to every match (and where to resume)."""
+    """An explorer filter plus the verb to apply to every match (and where to resume).
 
-    verb = forms.ChoiceField(choices=job_verb_choices)
+    The verb may be left out of a preview: it then says what each verb would do.
+    """
+
+    verb = forms.ChoiceField(choices=job_verb_choices, required=False)
     resume = CursorField()
     #: The audit entry of the run's previous request (progress adds up over "continue").
     run = forms.IntegerField(required=False, min_value=1)
@@ -430,6 +434,81 @@ class BulkFilterForm(JobFilterForm):
         query = super().to_query(default_store)
         # A bulk run always covers the whole filter, whatever page it was started from.
         return JobQuery(**{**query.__dict__, "cursor": None, "before": None})
+
+
+#: An age as the clean form takes it: a number and a unit (minutes, hours, days).
+AGE_UNITS_MS = {"m": 60_000, "h": 3_600_000, "d": 86_400_000}
+MAX_AGE_DAYS = 3650
+
+
+def parse_age(text: str) -> int:
+    """``"90m"``, ``"12h"``, ``"7d"`` -> milliseconds (ValueError when it is none of those)."""
+    cleaned = text.strip().lower().replace(" ", "")
+    number, unit = cleaned[:-1], cleaned[-1:]
+    if unit not in AGE_UNITS_MS or not number.isdigit() or not 0 < int(number) <= 10**6:
+        raise ValueError(text)
+    return min(int(number) * AGE_UNITS_MS[unit], MAX_AGE_DAYS * AGE_UNITS_MS["d"])
+
+
+class QueueSweepForm(forms.Form):
+    """Drain or clean one queue: which states, an age for a clean, and where a run resumes.
+
+    ``finished_before`` is the clean's cut-off in epoch ms, fixed by the preview from
+    ``older_than`` so that every request of one run removes the same jobs.
+    """
+
+    store = StoreField()
+    queue = forms.CharField(max_length=MAX_TEXT, strip=False)
+    sweep = forms.ChoiceField(
+        choices=[("drain", "drain"), ("clean", "clean")],
+        error_messages={"invalid_choice": "“%(value)s” is not a sweep (use drain or clean)."},
+    )
+    state = forms.MultipleChoiceField(
+        required=False,
+        choices=[(state, state) for state in STATES],
+        error_messages={"invalid_choice": "“%(value)s” is not a job state."},
+    )
+    older_than = forms.CharField(required=False, max_length=20)
+    finished_before = forms.IntegerField(required=False, min_value=0)
+    resume = CursorField()
+    run = forms.IntegerField(required=False, min_value=1)
+    expected = forms.IntegerField(required=False, min_value=0)
+
+    def clean_queue(self) -> str:
+        queue = str(self.cleaned_data["queue"])
+        problems = queue_name_problems(queue)
+        if problems:
+            raise ValidationError(problems[0])
+        return queue
+
+    def clean_older_than(self) -> int | None:
+        text = self.cleaned_data.get("older_than") or ""
+        if not text.strip():
+            return None
+        try:
+            return parse_age(text)
+        except ValueError:
+            raise ValidationError(
+                "“%(text)s” is not an age: give a number and m, h or d (90m, 12h, 7d).",
+                params={"text": text[:20]},
+            ) from None
+
+    def clean(self) -> dict[str, Any]:
+        super().clean()  # Form.clean() only hands back cleaned_data
+        data = self.cleaned_data
+        sweep = data.get("sweep")
+        allowed = SWEEP_STATES.get(str(sweep), ())
+        states = data.get("state") or list(allowed)
+        wrong = [state for state in states if state not in allowed]
+        if sweep and wrong:
+            self.add_error(
+                "state",
+                f"A {sweep} removes only {' and '.join(allowed)} jobs, not {', '.join(wrong)}.",
+            )
+        data["state"] = [state for state in allowed if state in states]
+        if sweep == "drain" and (data.get("older_than") or data.get("finished_before")):
+            self.add_error("older_than", "Only a clean takes an age (a drain removes every job).")
+        return data
 
 
 class FlowPageForm(forms.Form):

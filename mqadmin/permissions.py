@@ -34,10 +34,12 @@ def read_only() -> bool:
 def action_permissions() -> dict[str, str]:
     """Action name -> the permission codename it needs (bulk runs need ``bulk_action`` too).
 
-    Action names are the registry's verb keys; a verb checked as another one has no entry.
+    Action names are the registry's verb keys (a verb checked as another one has no
+    entry) and the operations checked by name: bulk runs, queue drains and cleans.
     """
     names = {verb.key: verb.grant.codename for verb in actions.VERBS if verb.checked_as is None}
-    return {**names, actions.BULK: actions.BULK_ACTION.codename}
+    operations = {name: grant.codename for name, (grant, _) in actions.OPERATIONS.items()}
+    return {**names, **operations}
 
 
 def permission_for(action: str) -> str:
@@ -88,6 +90,6 @@ def can_view_audit(user: Any) -> bool:
 
 def describe(action: str) -> str:
     """The action in words, for messages ("retry jobs")."""
-    if action == actions.BULK:
-        return actions.BULK_DOING
+    if action in actions.OPERATIONS:
+        return actions.OPERATIONS[action][1]
     return actions.by_key()[action].doing

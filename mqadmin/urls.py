@@ -46,4 +46,8 @@ urlpatterns = [
     path("healthz/", views.healthz, name="healthz"),
     path("readyz/", views.readyz, name="readyz"),
     path("bulk/runs/<int:entry_id>/", views.bulk_result, name="bulk_result"),
+    # A queue's drain and clean: the queue travels in the query string or POST body.
+    path("queues/sweep/preview/", views.queue_sweep_preview, name="queue_sweep_preview"),
+    path("queues/sweep/run/", views.queue_sweep_run, name="queue_sweep_run"),
+    path("queues/sweep/runs/<int:entry_id>/", views.queue_sweep_result, name="queue_sweep_result"),
 ]

@@ -8,7 +8,8 @@ one verb's button form from them, so a page lists no verb by name.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from django import template
@@ -30,6 +31,34 @@ def verbs(
         for verb in actions.verbs(kind)
         if (can is None or can.get(verb.key)) and (verb.bulk or not bulk)
     )
+
+
+@dataclass(frozen=True)
+class BulkOffer:
+    """A bulk chooser's options: the verbs that apply to the listed states, and the one
+    it starts on (None: "choose…" is selected)."""
+
+    verbs: tuple[actions.Verb, ...]
+    default: actions.Verb | None
+
+
+@register.simple_tag
+def bulk_offer(
+    can: Mapping[str, bool], query: Any = None, rows: Iterable[Any] | None = None
+) -> BulkOffer:
+    """The bulk verbs for a filter's states (``query``) or for the states of ``rows``.
+
+    Only verbs that apply to at least one of the states are offered (every bulk verb
+    when the filter leaves the state open), and only those ``can`` allows.
+    """
+    from mqadmin.queries.bulk import offered_verbs, query_states
+
+    if rows is not None:
+        states: Iterable[str] | None = {row.state for row in rows}
+    else:
+        states = query_states(query) if query is not None else None
+    offered = tuple(offered_verbs(states, can))
+    return BulkOffer(offered, actions.default_bulk_verb(offered))
 
 
 @register.filter

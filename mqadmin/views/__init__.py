@@ -15,7 +15,7 @@ from mqadmin.views.job import job, job_logs, lookup
 from mqadmin.views.metrics import healthz, job_metrics, metrics, readyz
 from mqadmin.views.operations import audit, failures, indexes, outbox, schedules, workers
 from mqadmin.views.overview import home, throughput
-from mqadmin.views.queue import queue
+from mqadmin.views.queue import queue, queue_sweep_preview, queue_sweep_result, queue_sweep_run
 
 __all__ = [
     "HtmxHttpRequest",
@@ -41,6 +41,9 @@ __all__ = [
     "outbox",
     "queue",
     "queue_action",
+    "queue_sweep_preview",
+    "queue_sweep_result",
+    "queue_sweep_run",
     "readyz",
     "schedule_action",
     "schedules",

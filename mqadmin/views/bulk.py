@@ -1,10 +1,11 @@
 """Bulk actions: on ticked rows, or on everything matching a filter (preview first).
 
 "All matching this filter" never runs blind: the preview shows how many jobs match
-(exact from counters when the filter allows, else counted up to a cap) and a sample;
-the run then works through the matches in chunks of single store operations, at
-most ``mqadmin.queries.bulk.BULK_MAX_ITEMS`` per request, with a per-item result and a
-"continue" button carrying the cursor where it stopped.
+(exact from counters when the filter allows, else counted up to a cap), per state what
+the verb will do to them, and a sample; the run then works through the matches in
+chunks of single store operations, at most ``mqadmin.queries.bulk.BULK_MAX_ITEMS`` per
+request, with a per-item result and a "continue" button carrying the cursor where it
+stopped.  A verb that applies to none of the listed states is refused (400).
 """
 
 from __future__ import annotations
@@ -66,6 +67,10 @@ def bulk_selected(request: HttpRequest) -> HttpResponse:
     reason = permissions.bulk_denial(request.user, verb)
     if reason:
         return _refuse(request, verb, store_name, target, reason)
+    spec = _verb(verb)
+    refusal = queries.verb_refusal(spec, queries.selected_states(store_name, ids) or None)
+    if refusal:
+        return error_page(request, 400, "Cannot run that bulk action", [refusal])
     items = queries.bulk_ids(store_name, verb, ids)
     succeeded = sum(1 for item in items if item.ok)
     AuditEntry.record(
@@ -89,6 +94,12 @@ def bulk_selected(request: HttpRequest) -> HttpResponse:
     return page(request, RESULT, context)
 
 
+def _verb(name: str) -> actions.Verb:
+    spec = actions.find(actions.JOB.kind, name)
+    assert spec is not None, name  # the form's choices are the registry's bulk verbs
+    return spec
+
+
 def _filter_form(data: Any, user: Any = None) -> forms.BulkFilterForm:
     return forms.BulkFilterForm(data, user=user)
 
@@ -96,29 +107,51 @@ def _filter_form(data: Any, user: Any = None) -> forms.BulkFilterForm:
 @require_GET
 @dashboard_view
 def bulk_preview(request: HttpRequest) -> HttpResponse:
-    """How many jobs the filter matches and ten of them, before anything runs."""
+    """How many jobs the filter matches, what the verb does to them per state, and ten of
+    them, before anything runs.  Without a verb it says what each offered verb would do."""
     form = _filter_form(request.GET, request.user)
     if not form.is_valid():
         return error_page(request, 400, "Cannot preview that bulk action", forms.form_errors(form))
     query = form.to_query(services.store_names()[0])
     verb = form.cleaned_data["verb"]
-    reason = permissions.bulk_denial(request.user, verb)
+    reason = (
+        permissions.bulk_denial(request.user, verb)
+        if verb
+        else permissions.action_denial(request.user, actions.BULK)
+    )
     if reason:
         return denied(request, reason)
+    can_view_payload = permissions.can_view_payload(request.user)
     # An error: search acts on its one kind of failure (refused when it names several).
-    query, _ = explorer_queries.resolve_error_search(
-        query, permissions.can_view_payload(request.user)
-    )
+    query, _ = explorer_queries.resolve_error_search(query, can_view_payload)
+    states = queries.query_states(query)
+    refusal = queries.verb_refusal(_verb(verb), states) if verb else None
+    if refusal:
+        return error_page(request, 400, "Cannot preview that bulk action", [refusal])
     try:
         preview = queries.bulk_preview(query)
     except QueryRefused as exc:
         return error_page(request, 400, "The store cannot serve that filter", [exc.message])
+    can = permissions.allowed_actions(request.user)
+    offered = queries.offered_verbs(states, can)
+    chosen = queries.outcomes(_verb(verb), preview.by_state) if verb else None
     context = {
         "mode": "preview",
         "verb": verb,
+        "chosen": chosen,
+        # What the other verbs offered would do (links to their previews): those that
+        # would change at least one of the jobs counted.
+        "others": [
+            outcome
+            for spec in offered
+            if spec.name != verb and (outcome := queries.outcomes(spec, preview.by_state)).acted
+        ],
         "store": query.store,
         "query": query,
         "preview": preview,
+        "error_group": (
+            explorer_queries.error_group(query.store, query.error) if query.error else None
+        ),
         "max_items": queries.BULK_MAX_ITEMS,
         "chunk": queries.BULK_CHUNK,
     }
@@ -134,6 +167,10 @@ def bulk_run(request: HttpRequest) -> HttpResponse:
         return error_page(request, 400, "Cannot run that bulk action", forms.form_errors(form))
     query = form.to_query(services.store_names()[0])
     verb = form.cleaned_data["verb"]
+    if not verb:
+        return error_page(
+            request, 400, "Cannot run that bulk action", ["Choose the action to run (verb)."]
+        )
     resume = form.cleaned_data.get("resume")
     target = query.describe()
     reason = permissions.bulk_denial(request.user, verb)
@@ -143,6 +180,9 @@ def bulk_run(request: HttpRequest) -> HttpResponse:
     query, _ = explorer_queries.resolve_error_search(
         query, permissions.can_view_payload(request.user)
     )
+    refusal = queries.verb_refusal(_verb(verb), queries.query_states(query))
+    if refusal:
+        return error_page(request, 400, "Cannot run that bulk action", [refusal])
     try:
         run = queries.bulk_filter(query, verb, resume)
     except QueryRefused as exc:

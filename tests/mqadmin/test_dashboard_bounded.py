@@ -201,6 +201,11 @@ def pages(ids: dict[str, str]) -> dict[str, str]:
         "indexes": "/indexes/",
         "schedules": "/schedules/",
         "bulk preview": "/bulk/preview/?store=main&verb=retry&state=failed&order_by=finished_at",
+        "bulk preview, no verb": "/bulk/preview/?store=main&queue=tenants",
+        "queue drain preview": "/queues/sweep/preview/?store=main&queue=tenants&sweep=drain",
+        "queue clean preview": (
+            "/queues/sweep/preview/?store=main&queue=tenants&sweep=clean&older_than=1d"
+        ),
         "audit": "/audit/",
         "job metrics": "/metrics/jobs/",
         "job metrics, one store, 72 h": "/metrics/jobs/?store=main&period=72h",

@@ -58,6 +58,8 @@ ACTION_PERMISSIONS = (
     "remove_schedule",
     "change_limits",
     "control_worker",
+    "drain_queue",
+    "clean_queue",
 )
 
 
@@ -271,6 +273,8 @@ NOT_PAGES = {
     "readyz": "a readiness probe answering plain text (test_views_metrics.py)",
     "events": "the live pages' event stream, text/event-stream (test_views_events.py)",
     "job_logs": "a page of a job's log lines, appended out of band (test_views_events.py)",
+    "queue_sweep_preview": "a step of a queue's drain or clean (test_views_queue.py)",
+    "queue_sweep_result": "the outcome of a drain or clean (test_views_queue.py)",
 }
 
 
@@ -361,6 +365,16 @@ def actions(seeded: Seeded) -> dict[str, tuple[str, dict[str, Any], str]]:
             {"store": "main", "verb": "retry", "state": "failed"},
             "bulk_action",
         ),
+        "drain": (
+            "/queues/sweep/run/",
+            {"store": "main", "queue": "emails", "sweep": "drain"},
+            "drain_queue",
+        ),
+        "clean": (
+            "/queues/sweep/run/",
+            {"store": "main", "queue": "emails", "sweep": "clean"},
+            "clean_queue",
+        ),
     }
 
 
@@ -382,6 +396,8 @@ ACTIONS = (
     "stop_worker",
     "bulk_selected",
     "bulk_run",
+    "drain",
+    "clean",
 )
 
 
