@@ -12,6 +12,8 @@ from __future__ import annotations
 from django.contrib import messages
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect
+from django.urls import reverse
+from django.utils.html import format_html
 from django.views.decorators.http import require_POST
 
 from mqadmin import actions, forms, permissions, services
@@ -60,7 +62,13 @@ def act(request: HttpRequest, kind: str, name: str) -> HttpResponse:
             next_url = ""  # the target's own page is gone
     else:
         fallback = own_page
-    return _done(request, result.ok, result.message, fallback, next_url)
+    message: str = result.message
+    job_id = result.params.get("job_id")
+    if result.ok and isinstance(job_id, str):
+        # The job a verb enqueued (a triggered schedule's run) is one click away.
+        url = reverse("mqadmin:job", args=[store_name, job_id])
+        message = format_html('{} <a href="{}">Open it</a>', result.message, url)
+    return _done(request, result.ok, message, fallback, next_url)
 
 
 def _refuse(

@@ -157,6 +157,8 @@ def test_trigger_and_remove_a_schedule(stores: Stores, login: Any) -> None:
     jobs = main.list(name="Digest").items
     assert len(jobs) == 1
     assert f"Triggered “Digest/daily”: enqueued job {jobs[0].id}." in text_of(triggered)
+    # The new job is a link in the message (escaped, built server-side).
+    assert f'<a href="/stores/main/jobs/{jobs[0].id}">Open it</a>' in text_of(triggered)
     assert triggered.redirect_chain[-1][0] == "/schedules/"
     entry = AuditEntry.objects.get()
     assert entry.action == "trigger_schedule" and entry.params == {"job_id": jobs[0].id}

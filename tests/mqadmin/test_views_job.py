@@ -172,6 +172,7 @@ def test_an_active_job_shows_its_lock_owner_expiry_and_cancel_flag(
 
     html = text_of(client.get(f"/stores/main/jobs/{job_id}"))
 
+    assert '<a class="lock-owner" href="/workers/#worker-worker-7f3a"' in html
     assert "<code>worker-7f3a</code>" in html
     assert "token <code>worker-7f3a:42</code>" in html
     until = re.search(r'<time class="countdown" data-until="(\d+)"', html)
