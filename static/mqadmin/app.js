@@ -454,6 +454,57 @@
     });
   });
 
+  // Sortable tables (a page that holds all its rows): each heading becomes a button; a
+  // cell's data-sort (else its text, numbers read as numbers) is the key; the choice
+  // survives live refreshes of the table (remembered by the table's data-sortable name).
+  var sortChoice = {};
+  function sortKey(cell) {
+    if (!cell) { return ""; }
+    var raw = cell.getAttribute("data-sort");
+    if (raw === null) { raw = cell.textContent.replace(/\s+/g, " ").trim(); }
+    var plain = raw.replace(/,/g, "");
+    if (/^-?\d+(\.\d+)?$/.test(plain)) { return parseFloat(plain); }
+    return raw.toLowerCase();
+  }
+  function sortTable(table, index, ascending) {
+    var head = table.tHead.rows[0];
+    Array.prototype.forEach.call(head.cells, function (c, i) {
+      if (i === index) { c.setAttribute("aria-sort", ascending ? "ascending" : "descending"); }
+      else { c.removeAttribute("aria-sort"); }
+    });
+    Array.prototype.forEach.call(table.tBodies, function (body) {
+      var rows = Array.prototype.slice.call(body.rows);
+      rows.sort(function (a, b) {
+        var x = sortKey(a.cells[index]), y = sortKey(b.cells[index]);
+        if (typeof x !== typeof y) { x = String(x); y = String(y); }
+        return (x < y ? -1 : x > y ? 1 : 0) * (ascending ? 1 : -1);
+      });
+      rows.forEach(function (row) { body.appendChild(row); });
+    });
+  }
+  function makeSortable() {
+    document.querySelectorAll("table[data-sortable]").forEach(function (table) {
+      var head = table.tHead && table.tHead.rows[0];
+      if (!head || table.hasAttribute("data-sort-ready")) { return; }
+      table.setAttribute("data-sort-ready", "");
+      var name = table.getAttribute("data-sortable");
+      Array.prototype.forEach.call(head.cells, function (th, index) {
+        if (th.hasAttribute("data-nosort") || !th.textContent.trim() || th.querySelector(".visually-hidden")) { return; }
+        var button = document.createElement("button");
+        button.type = "button";
+        button.className = "sort";
+        while (th.firstChild) { button.appendChild(th.firstChild); }
+        th.appendChild(button);
+        button.addEventListener("click", function () {
+          var ascending = th.getAttribute("aria-sort") !== "ascending";
+          sortChoice[name] = [index, ascending];
+          sortTable(table, index, ascending);
+        });
+      });
+      if (sortChoice[name]) { sortTable(table, sortChoice[name][0], sortChoice[name][1]); }
+    });
+  }
+
   // Phones: a filter panel marked data-narrow-closed starts folded (unless it shows an error).
   function foldNarrowPanels() {
     if (!window.matchMedia || !window.matchMedia("(max-width: 640px)").matches) { return; }
@@ -462,6 +513,6 @@
     });
   }
 
-  document.addEventListener("DOMContentLoaded", function () { foldNarrowPanels(); tick(); selectionState(); orderConstraints(); labelCells(); localTimes(); });
-  document.addEventListener("htmx:afterSettle", function () { tick(); selectionState(); labelCells(); localTimes(); liveTexts(); tidyLog(); });
+  document.addEventListener("DOMContentLoaded", function () { foldNarrowPanels(); makeSortable(); tick(); selectionState(); orderConstraints(); labelCells(); localTimes(); });
+  document.addEventListener("htmx:afterSettle", function () { makeSortable(); tick(); selectionState(); labelCells(); localTimes(); liveTexts(); tidyLog(); });
 })();
