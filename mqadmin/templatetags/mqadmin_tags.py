@@ -395,6 +395,10 @@ def json_block(value: Any, label: str = "JSON") -> SafeString:
             f'<details class="json-long"><summary>{escape(label)}: {lines} lines — show</summary>'
             f"{body}</details>"
         )
+    body = (
+        f'<button type="button" class="copy copy-json" data-copy="{escape(full)}"'
+        f' aria-label="Copy the {escape(label)} as JSON">copy</button>' + body
+    )
     if state["cut"]:
         body += (
             f'<details class="json-full"><summary>Full {escape(label)} '

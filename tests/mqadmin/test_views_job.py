@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html as htmllib
+import json
 import re
 import time
 from typing import Any
@@ -396,3 +397,16 @@ def test_a_job_nothing_holds_back_shows_no_reason_and_no_group(
 
     assert "Held back" not in html
     assert "data-job-group" not in html
+
+
+def test_the_payload_has_a_copy_button_with_the_escaped_json(stores: Stores, login: Any) -> None:
+    job_id = stores.main.enqueue(
+        EnqueueRequest(name="Mail", queue="m", payload={"to": '<b>"x"</b>'})
+    ).id
+    html = text_of(login("view_payload").get(f"/stores/main/jobs/{job_id}"))
+    copy = re.search(r'<button type="button" class="copy copy-json" data-copy="([^"]*)"', html)
+    assert copy is not None
+    assert "&lt;b&gt;" in copy.group(1) and "<b>" not in copy.group(1)
+    assert json.loads(htmllib.unescape(copy.group(1))) == {"to": '<b>"x"</b>'}
+    hidden = text_of(login().get(f"/stores/main/jobs/{job_id}"))
+    assert "copy-json" not in hidden and "&lt;b&gt;" not in hidden
