@@ -31,7 +31,7 @@ import mqadmin
 from mqadmin import services
 from mqadmin.models import AuditEntry
 from mqadmin.views.common import CONTENT_SECURITY_POLICY
-from store import EnqueueRequest, RedisJobStore, ScheduleRecord
+from store import Claimed, EnqueueRequest, Fail, RedisJobStore, ScheduleRecord
 from tests.conftest import delete_prefix
 from tests.mqadmin.test_views_common import completed_job, failed_job, fan_out
 
@@ -409,11 +409,28 @@ def test_bulk_preview_and_runs(seeded: Seeded, member: Callable[..., Client]) ->
     for link in local_urls(result.content.decode()):
         assert link.startswith((PREFIX, "/assets/mqadmin/")), link
 
-    selected = client.post(
+    # The job is waiting again: retry no longer applies to the ticked row, and says so.
+    refused = client.post(
         reverse("mqadmin:bulk_selected"),
         {"store": "main", "verb": "retry", "ids": [seeded.failed], "next": reverse("mqadmin:jobs")},
     )
+    assert refused.status_code == 400
+    assert "retry" in refused.content.decode()
+    failed_again = seeded.main.enqueue(EnqueueRequest(name="Boom", queue="host"))
+    claimed = seeded.main.claim(queue="host", names=["Boom"], token="h:1", lock_duration_ms=30_000)
+    assert isinstance(claimed, Claimed)
+    seeded.main.ack(failed_again.id, "h:1", Fail({"error": {"type": "E", "message": "x"}}))
+    selected = client.post(
+        reverse("mqadmin:bulk_selected"),
+        {
+            "store": "main",
+            "verb": "retry",
+            "ids": [failed_again.id],
+            "next": reverse("mqadmin:jobs"),
+        },
+    )
     assert selected.status_code == 200
+    assert seeded.main.get_job(failed_again.id).state == "waiting"  # type: ignore[union-attr]
     assert AuditEntry.objects.filter(action__startswith="bulk").count() == 2
 
 
