@@ -18,7 +18,15 @@ pytestmark = pytest.mark.django_db(transaction=True)
 #: Controls smaller than 24 px, and words broken across lines inside buttons and summaries.
 PROBLEMS_JS = """() => {
   const out = {small: [], broken: []};
-  const visible = e => e.offsetParent !== null && getComputedStyle(e).visibility !== 'hidden';
+  // Rendered, and not inside a visually hidden (clipped) container such as a phone's thead.
+  const visible = e => {
+    if (e.offsetParent === null || getComputedStyle(e).visibility === 'hidden') return false;
+    for (let a = e.parentElement; a; a = a.parentElement) {
+      const r = a.getBoundingClientRect();
+      if (r.width <= 1 || r.height <= 1) return false;
+    }
+    return true;
+  };
   const controls = document.querySelectorAll(
     'button, input:not([type=hidden]), select, a.small-button, summary');
   for (const e of controls) {
