@@ -121,6 +121,17 @@ LIMITED_HOLD_MS = 1_000
 RUN_TIME_DECAY = 0.2
 
 
+async def first_of(*awaitables: Any) -> None:
+    """Wait until the first of ``awaitables`` is done; cancel the others and reap them."""
+    waiters = [asyncio.ensure_future(a) for a in awaitables]
+    try:
+        await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waiters:
+            w.cancel()
+        await asyncio.gather(*waiters, return_exceptions=True)
+
+
 class NameResolver(Protocol):
     """Serves jobs that have no registered :class:`Job` (see the module docstring)."""
 
@@ -613,16 +624,7 @@ class Worker:
     async def _wait_while_quiet(self) -> None:
         """Until the quiet command is withdrawn or the worker stops."""
         assert self._stopping is not None and self._claiming is not None
-        waiters = [
-            asyncio.ensure_future(self._claiming.wait()),
-            asyncio.ensure_future(self._stopping.wait()),
-        ]
-        try:
-            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for w in waiters:
-                w.cancel()
-            await asyncio.gather(*waiters, return_exceptions=True)
+        await first_of(self._claiming.wait(), self._stopping.wait())
 
     # ------------------------------------------------------------ store calls
 
@@ -866,17 +868,11 @@ class Worker:
         if wait_ms <= 0:
             await asyncio.sleep(0)
             return
-        waiters = [
-            asyncio.ensure_future(self.store._wake.wait_async([queue], empty.wake_token)),
-            asyncio.ensure_future(sleep_ms(self.clock, wait_ms)),
-            asyncio.ensure_future(self._stopping.wait()),
-        ]
-        try:
-            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for w in waiters:
-                w.cancel()
-            await asyncio.gather(*waiters, return_exceptions=True)
+        await first_of(
+            self.store._wake.wait_async([queue], empty.wake_token),
+            sleep_ms(self.clock, wait_ms),
+            self._stopping.wait(),
+        )
 
     async def _ack(self, job: JobRecord, token: str, outcome: AckOutcome) -> bool:
         try:
@@ -1376,16 +1372,7 @@ class Worker:
         waited = 0
         while waited < PRESENCE_INTERVAL_MS:
             step = min(PRESENCE_REFRESH_MS, PRESENCE_INTERVAL_MS - waited)
-            waiters = [
-                asyncio.ensure_future(announce.wait()),
-                asyncio.ensure_future(sleep_ms(self.clock, step)),
-            ]
-            try:
-                await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                for w in waiters:
-                    w.cancel()
-                await asyncio.gather(*waiters, return_exceptions=True)
+            await first_of(announce.wait(), sleep_ms(self.clock, step))
             if announce.is_set():
                 announce.clear()
                 return
@@ -1424,15 +1411,7 @@ class Worker:
         assert self._relay_pulse is not None
         pulse = self._relay_pulse
         while True:
-            waiters = [
-                asyncio.ensure_future(pulse.wait()),
-                asyncio.ensure_future(sleep_ms(self.clock, self.flow_sweep_interval_ms)),
-            ]
-            try:
-                await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                for w in waiters:
-                    w.cancel()
+            await first_of(pulse.wait(), sleep_ms(self.clock, self.flow_sweep_interval_ms))
             pulse.clear()
             try:
                 delivered = await self._io_call(relay_outbox, self.store, self.registry)

@@ -10,6 +10,7 @@ Screenshots go to ``tests/browser/artifacts/`` (git-ignored) for a human to look
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 from collections.abc import Iterator
@@ -133,3 +134,15 @@ def shot(page: Any, name: str) -> Path:
     path = ARTIFACTS / f"{name}.png"
     page.screenshot(path=str(path), full_page=True)
     return path
+
+
+@contextlib.contextmanager
+def phone_page(browser: Any) -> Iterator[Any]:
+    """A page in a 390 x 844 px context (a phone), closed afterwards."""
+    context = browser.new_context(viewport={"width": 390, "height": 844}, device_scale_factor=1)
+    phone = context.new_page()
+    phone.set_default_timeout(15_000)
+    try:
+        yield phone
+    finally:
+        context.close()

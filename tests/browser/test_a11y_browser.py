@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.browser.conftest import ARTIFACTS, ConsoleLog, shot
+from tests.browser.conftest import ARTIFACTS, ConsoleLog, phone_page, shot
 from tests.browser.test_dashboard_browser import Demo, demo, log_in  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -127,10 +127,7 @@ def test_no_page_scrolls_sideways_on_a_390px_phone(
     live_server: Any,
     demo: Demo,  # noqa: F811
 ) -> None:
-    context = browser.new_context(viewport={"width": 390, "height": 844}, device_scale_factor=1)
-    phone = context.new_page()
-    phone.set_default_timeout(15_000)
-    try:
+    with phone_page(browser) as phone:
         base = live_server.url
         log_in(phone, base, "/")
         wide = []
@@ -160,8 +157,6 @@ def test_no_page_scrolls_sideways_on_a_390px_phone(
         for cell in ("name", "queue"):
             box = row.locator(f"td.{cell}").bounding_box()
             assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= 390, cell
-    finally:
-        context.close()
 
 
 def swapped(page: Any, selector: str, action: Any) -> None:

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.browser.conftest import shot
+from tests.browser.conftest import phone_page, shot
 from tests.browser.test_a11y_browser import pages
 from tests.browser.test_dashboard_browser import Demo, demo, log_in  # noqa: F401 (fixture)
 
@@ -61,10 +61,7 @@ def test_phone_controls_are_touch_sized_and_labels_keep_whole_words(
     live_server: Any,
     demo: Demo,  # noqa: F811
 ) -> None:
-    context = browser.new_context(viewport={"width": 390, "height": 844}, device_scale_factor=1)
-    phone = context.new_page()
-    phone.set_default_timeout(15_000)
-    try:
+    with phone_page(browser) as phone:
         base = live_server.url
         log_in(phone, base, "/")
         report = []
@@ -82,8 +79,6 @@ def test_phone_controls_are_touch_sized_and_labels_keep_whole_words(
         shot(phone, "phone-explorer-folded")
         phone.locator("details.filter-panel > summary").click()
         assert phone.locator("#f-queue").is_visible()
-    finally:
-        context.close()
 
 
 def test_tables_that_hold_all_their_rows_sort_by_any_column(
