@@ -70,6 +70,8 @@ def pages(demo: Demo) -> dict[str, str]:  # noqa: F811
         "schedules": "/schedules/",
         "audit": "/audit/",
         "bulk-preview": "/bulk/preview/?store=main&verb=retry&state=failed",
+        "queue": "/stores/main/queues/emails",
+        "search-errors": "/jobs/?store=main&q=error%3Aerror",
     }
 
 

@@ -26,7 +26,7 @@ def queue_cell(html: str, store: str, queue: str, state: str) -> int:
         re.DOTALL,
     )
     assert row, f"no row for {queue}"
-    cell = re.search(rf'data-queue-state="{re.escape(state)}"><a[^>]*>(\d+)</a>', row.group(1))
+    cell = re.search(rf'data-queue-state="{re.escape(state)}"[^>]*><a[^>]*>(\d+)</a>', row.group(1))
     assert cell, f"no {state} cell for {queue}"
     return int(cell.group(1))
 
