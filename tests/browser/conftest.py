@@ -146,3 +146,44 @@ def phone_page(browser: Any) -> Iterator[Any]:
         yield phone
     finally:
         context.close()
+
+
+#: Controls smaller than 24 px, and words broken across lines inside buttons and summaries.
+PHONE_PROBLEMS_JS = """() => {
+  const out = {small: [], broken: []};
+  // Rendered, and not inside a visually hidden (clipped) container such as a phone's thead.
+  const visible = e => {
+    if (e.offsetParent === null || getComputedStyle(e).visibility === 'hidden') return false;
+    for (let a = e.parentElement; a; a = a.parentElement) {
+      const r = a.getBoundingClientRect();
+      if (r.width <= 1 || r.height <= 1) return false;
+    }
+    return true;
+  };
+  const controls = document.querySelectorAll(
+    'button, input:not([type=hidden]), select, a.small-button, summary');
+  for (const e of controls) {
+    if (!visible(e) || e.closest('.visually-hidden')) continue;
+    const r = e.getBoundingClientRect();
+    if (r.width < 24 || r.height < 24) {
+      out.small.push(`${e.tagName}.${e.className} "${(e.innerText || e.value || e.name || '').slice(0, 30)}" ${Math.round(r.width)}x${Math.round(r.height)}`);
+    }
+  }
+  for (const e of document.querySelectorAll('button, a.small-button, summary, .badge')) {
+    if (!visible(e)) continue;
+    const walker = document.createTreeWalker(e, NodeFilter.SHOW_TEXT);
+    for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+      const text = node.textContent;
+      const re = /\\S+/g;
+      let m;
+      while ((m = re.exec(text))) {
+        const range = document.createRange();
+        range.setStart(node, m.index);
+        range.setEnd(node, m.index + m[0].length);
+        const tops = new Set([...range.getClientRects()].filter(x => x.width > 0).map(x => Math.round(x.top)));
+        if (tops.size > 1) out.broken.push(`${e.tagName} "${m[0]}"`);
+      }
+    }
+  }
+  return out;
+}"""

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.browser.conftest import ARTIFACTS, ConsoleLog, phone_page, shot
+from tests.browser.conftest import ARTIFACTS, PHONE_PROBLEMS_JS, ConsoleLog, phone_page, shot
 from tests.browser.test_dashboard_browser import Demo, demo, log_in  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -124,7 +124,7 @@ def test_axe_finds_no_violation_on_any_page(
     assert not report, "\n".join(report)
 
 
-def test_no_page_scrolls_sideways_on_a_390px_phone(
+def test_no_page_scrolls_sideways_or_has_small_controls_on_a_390px_phone(
     browser: Any,
     live_server: Any,
     demo: Demo,  # noqa: F811
@@ -142,6 +142,10 @@ def test_no_page_scrolls_sideways_on_a_390px_phone(
                 violations = run_axe(phone)
                 if violations:
                     wide.append(f"{label} at 390 px: {describe(violations)}")
+            # Touch-sized controls (>= 24 px) and button labels that keep whole words.
+            found = phone.evaluate(PHONE_PROBLEMS_JS)
+            if found["small"] or found["broken"]:
+                wide.append(f"{label}: small {found['small'][:6]} broken {found['broken'][:6]}")
             width = phone.evaluate("document.documentElement.scrollWidth")
             if width > 390:
                 culprits = phone.evaluate(
@@ -159,6 +163,12 @@ def test_no_page_scrolls_sideways_on_a_390px_phone(
         for cell in ("name", "queue"):
             box = row.locator(f"td.{cell}").bounding_box()
             assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= 390, cell
+        # The explorer's filters start folded on a phone; the search box stays in view.
+        assert phone.locator("details.filter-panel").get_attribute("open") is None
+        assert phone.locator("#f-q").is_visible()
+        shot(phone, "phone-explorer-folded")
+        phone.locator("details.filter-panel > summary").click()
+        assert phone.locator("#f-queue").is_visible()
 
 
 def swapped(page: Any, selector: str, action: Any) -> None:
