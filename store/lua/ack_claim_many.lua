@@ -15,11 +15,16 @@
 -- '!limited:' when the queue has limits (one claim per batch)}
 local a = read_claim_args(ARGV)
 local acks = {}
+-- The acks' set writes are held and written per set after the last ack
+-- (HELD in lib/retention.lua), before any claim of the call.
+HELD.on = true
 for _, ack in ipairs(a.acks) do
   local r = run_ack(a.now, ack)
   acks[#acks + 1] = r[1]
   acks[#acks + 1] = r[2] or ''
 end
+flush_held()
+HELD.on = false
 local claimed = {}
 local next_run_at = ''
 local batch = { defer = true, active = {} }

@@ -1470,8 +1470,15 @@ MUTATIONS = {
     "a table of keys with one foreign member": (
         "lib/rows.lua",
         "local function flush_acc(acc)",
-        "local function poison(acc) acc_zadd(acc, 'elsewhere', 0, 'm') end\n"
+        "local function poison(acc) push_keyed(acc.zsets, acc.order, 'elsewhere', 0, 'm') end\n"
         "local function flush_acc(acc)",
+        "ZADD key",
+    ),
+    "a held set write with a foreign key": (
+        "lib/retention.lua",
+        "local function flush_held()",
+        "local function poison(id) push_keyed(HELD.zadd, HELD.order, 'elsewhere', 0, id) end\n"
+        "local function flush_held()",
         "ZADD key",
     ),
     "ARGV in a multiple assignment": (
@@ -1510,6 +1517,7 @@ HELPER_MUTATION_OPS = {
     "a builder that drops the tag": ["enqueue", "promote"],  # k_job: direct, and through helpers
     "a constant built from ARGV": ["enqueue"],  # K_SEQ: insert_job's INCR
     "a table of keys with one foreign member": ["enqueue_many"],  # flush_acc's ZADDs
+    "a held set write with a foreign key": ["ack_claim_many"],  # flush_held's ZADDs
 }
 
 

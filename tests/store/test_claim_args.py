@@ -262,3 +262,68 @@ def test_ack_claim_many_script_reply_shape(store):
     assert acks == ["ok", "default", "locklost", ""]
     assert claimed[0] == second.id and len(claimed) == 2
     assert next_run_at == ""
+
+
+# ------------------------------------------------- a batch's set writes are held to its end
+
+
+def _active(redis_client: Any, store: RedisJobStore) -> dict[str, float]:
+    return dict(redis_client.zrange(store.keys.active, 0, -1, withscores=True))
+
+
+def test_a_job_retried_and_claimed_again_in_one_batch_stays_in_the_active_set(
+    store, clock, redis_client
+):
+    # The ack's removal from the active set is held to the end of the acks; the claims
+    # that follow add their entries after it, so the job taken again is active.
+    from store.consistency import check_store
+
+    job = store.enqueue(req())
+    claim_job(store, token="t-1")
+    clock.advance(5)
+    batch = store.ack_and_claim_many(
+        [(job.id, "t-1", Retry(delay_ms=0))],
+        queue="default",
+        names=["TestJob"],
+        tokens=["t-2"],
+        lock_duration_ms=1000,
+    )
+    assert batch.ack_errors == [None]
+    assert [(j.id, token) for j, token in batch.jobs] == [(job.id, "t-2")]
+    assert _lock(redis_client, store, job.id) == ["active", "t-2", "1005"]
+    assert _active(redis_client, store) == {job.id: 1005.0}
+    assert store.counts() == counts_of(active=1)
+    done = store.ack_and_claim_many(
+        [(job.id, "t-2", Complete(None))], queue="default", names=["TestJob"], tokens=["t-3"]
+    )
+    assert done.ack_errors == [None] and done.jobs == []
+    assert _active(redis_client, store) == {}
+    report = check_store(store)
+    assert report.found == {}, report.samples
+
+
+def test_a_keep_policy_in_a_batch_prunes_over_the_jobs_acked_before_it(store, clock, redis_client):
+    # Jobs without a keep policy are held; a job with one writes what is held first, so
+    # its prune of the (name, state) group sees every earlier job of the batch, as it
+    # would had each been acked on its own.  The job acked after it stays held.
+    from store.consistency import check_store
+
+    keep = {"completed": {"count": 2}}
+    jobs = [
+        store.enqueue(req(payload={"n": n}, keep=keep if n == 7 else None)).id for n in range(9)
+    ]
+    for k, job_id in enumerate(jobs):
+        assert claim_job(store, token=f"h-{k}").id == job_id
+    clock.advance(10)
+    # One call, one time: among equal times the keep rule keeps the latest acked.
+    acks = [(job_id, f"h-{k}", Complete(k)) for k, job_id in enumerate(jobs)]
+    batch = store.ack_and_claim_many(acks, queue="default", names=["TestJob"], tokens=["t"])
+    assert batch.ack_errors == [None] * 9 and batch.jobs == []
+    kept = [jobs[6], jobs[7], jobs[8]]
+    for key in (store.keys.finished("completed"), store.keys.terminal("TestJob", "completed")):
+        assert sorted(redis_client.zrange(key, 0, -1)) == sorted(kept), key
+    assert [store.get_job(job_id) is not None for job_id in jobs] == [False] * 6 + [True] * 3
+    assert _active(redis_client, store) == {}
+    assert store.counts() == counts_of(completed=3)
+    report = check_store(store)
+    assert report.found == {}, report.samples

@@ -11,4 +11,6 @@ local function begin_call(tag)
   if EVENTS.n > 0 then EVENTS.reset() end
   -- Counters of such a call (lib/tally.lua).
   if TALLY.dirty then TALLY.reset() end
+  -- Set writes held by a batch of acks that failed half-way (lib/retention.lua).
+  if HELD.on then HELD.on, HELD.zadd, HELD.order, HELD.zrem = false, {}, {}, {} end
 end

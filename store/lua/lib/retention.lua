@@ -146,13 +146,43 @@ local function apply_keep(name, state, rule, now, keep_json)
   if apply_keep_once(name, state, rule, now) then owe('keep', name, state, keep_json) end
 end
 
+-- Set writes a batch of acks holds (ack_claim_many sets HELD.on for its
+-- acks): each finished job leaves the active set and joins its two finished
+-- sets (ZREM, ZADD, ZADD), and the batch writes each set once after its last
+-- ack (flush_held) instead of three commands per job.  Nothing an ack reads
+-- in between is one of those sets, except a keep rule's prune, which writes
+-- what is held first (retain_terminal); the batch's claims run after the
+-- flush.  A Function library keeps HELD between calls: begin_call empties it
+-- after a call that failed half-way.  (One table: the joined library is near
+-- Lua's 200 locals.)
+local HELD = { on = false, zadd = {}, order = {}, zrem = {} }
+
+local function flush_held()
+  if #HELD.zrem > 0 then call_runs('ZREM', K_ACTIVE, HELD.zrem, 1, #HELD.zrem, 1) end
+  for _, key in ipairs(HELD.order) do
+    local z = HELD.zadd[key]
+    call_runs('ZADD', key, z, 1, #z, 2)
+  end
+  HELD.zadd, HELD.order, HELD.zrem = {}, {}, {}
+end
+
 -- Bookkeeping for a row that just became terminal: the finished/terminal
 -- indexes, its own age deadline (for the timer sweep), then the group's keep.
 -- apply_prune=false reproduces the contract's stall-exhaustion quirk.
 local function retain_terminal(id, name, state, keep_json, now, apply_prune)
+  local rule = keep_rule(keep_json, state)
+  if HELD.on then
+    -- In a batch of acks: held, unless a keep rule reads the sets now (what
+    -- the batch holds is written first).
+    if not rule then
+      push_keyed(HELD.zadd, HELD.order, k_finished(state), now, id)
+      push_keyed(HELD.zadd, HELD.order, k_terminal(name, state), now, id)
+      return
+    end
+    flush_held()
+  end
   redis.call('ZADD', k_finished(state), now, id)
   redis.call('ZADD', k_terminal(name, state), now, id)
-  local rule = keep_rule(keep_json, state)
   if not rule then return end
   local age = tonumber(rule.age_ms)
   if age then redis.call('ZADD', K_KEEPAGE, now + age, id) end

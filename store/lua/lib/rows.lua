@@ -178,27 +178,18 @@ local function new_acc()
   return { zsets = {}, order = {}, cz = {}, cz_order = {}, counts = {}, qnames = {}, woken = {}, routes = {} }
 end
 
--- The same for the chunked sets (the all-jobs set, the list indexes).
-local function acc_cz(acc, key, score, member)
-  local z = acc.cz[key]
+-- Append the pair (a, b) to lists[key], a list made on first use, its key
+-- remembered in order: the accumulators that write one command per key at
+-- the end (a chunk of inserts, a batch of acks).
+local function push_keyed(lists, order, key, a, b)
+  local z = lists[key]
   if not z then
     z = {}
-    acc.cz[key] = z
-    acc.cz_order[#acc.cz_order + 1] = key
+    lists[key] = z
+    order[#order + 1] = key
   end
-  z[#z + 1] = score
-  z[#z + 1] = member
-end
-
-local function acc_zadd(acc, key, score, member)
-  local z = acc.zsets[key]
-  if not z then
-    z = {}
-    acc.zsets[key] = z
-    acc.order[#acc.order + 1] = key
-  end
-  z[#z + 1] = score
-  z[#z + 1] = member
+  z[#z + 1] = a
+  z[#z + 1] = b
 end
 
 local function flush_acc(acc)
@@ -332,10 +323,10 @@ local function insert_job(id, r, dedupe_key, now, idx, seq, acc)
     wake(queue)
     return state
   end
-  acc_cz(acc, K_ALL, now_s, id)
-  if string.byte(idx, 1) == 49 then acc_cz(acc, rt.byname, now_s, id) end
-  if string.byte(idx, 2) == 49 then acc_cz(acc, rt.byqueue, now_s, id) end
-  if not grouped then acc_zadd(acc, wkey, score, member) end
+  push_keyed(acc.cz, acc.cz_order, K_ALL, now_s, id)
+  if string.byte(idx, 1) == 49 then push_keyed(acc.cz, acc.cz_order, rt.byname, now_s, id) end
+  if string.byte(idx, 2) == 49 then push_keyed(acc.cz, acc.cz_order, rt.byqueue, now_s, id) end
+  if not grouped then push_keyed(acc.zsets, acc.order, wkey, score, member) end
   acc.counts[field] = (acc.counts[field] or 0) + 1
   acc.qnames[rt.qname] = true
   acc.woken[queue] = true

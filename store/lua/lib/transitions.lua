@@ -26,7 +26,11 @@ local function unlink_from_state(id, j, now)
   elseif j.state == 'delayed' then
     redis.call('ZREM', k_delayed(j.queue), id)
   elseif j.state == 'active' then
-    redis.call('ZREM', K_ACTIVE, id)
+    if HELD.on then
+      HELD.zrem[#HELD.zrem + 1] = id -- (lib/retention.lua)
+    else
+      redis.call('ZREM', K_ACTIVE, id)
+    end
     if j.limited then LIMITS.leave(id, j.queue, now, j.group) end
   else
     unpark(id, j)
