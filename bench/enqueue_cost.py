@@ -30,6 +30,7 @@ import statistics
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -96,12 +97,15 @@ else:
 stats = raw.info("commandstats")
 scripts = ("cmdstat_fcall", "cmdstat_evalsha")
 calls = stats.get("cmdstat_fcall") or stats.get("cmdstat_evalsha") or {}
-inner = sum(
-    v["calls"] for k, v in stats.items()
+own = {
+    k[len("cmdstat_"):]: v for k, v in stats.items()
     if k not in scripts and not k.startswith(("cmdstat_info", "cmdstat_config"))
-)
+}
 print(json.dumps({
-    "usec": calls.get("usec", 0) / n, "rate": n / elapsed, "cmds": inner / n, "cpu": 1e6 * cpu / n,
+    "usec": calls.get("usec", 0) / n, "rate": n / elapsed, "cpu": 1e6 * cpu / n,
+    "cmds": sum(v["calls"] for v in own.values()) / n,
+    "own": sum(v["usec"] for v in own.values()) / n,
+    "by_command": {k: v["usec"] / n for k, v in own.items()},
 }))
 """
 
@@ -146,7 +150,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=5, help="runs per tree (median shown)")
     parser.add_argument("--tree", action="append", type=Path, help="a checkout (repeatable)")
     parser.add_argument("--redis-server", default=None, help="redis-server binary")
+    parser.add_argument(
+        "--floor",
+        action="store_true",
+        help="the single enqueue's writes alone, step by step, in a Function of their own",
+    )
     args = parser.parse_args(argv)
+    if args.floor:
+        with PrivateRedis(args.redis_server) as server:
+            floor(server, args.n, args.rounds)
+        return 0
     trees = [t.resolve() for t in (args.tree or [REPO])]
     results: dict[Path, list[dict[str, float]]] = {t: [] for t in trees}
     if args.bulk and args.drain:
@@ -189,7 +202,123 @@ def main(argv: list[str] | None = None) -> int:
             f"| {cmds:.1f} | {cpu:.1f} "
             f"| {statistics.median(rate):,.0f} [{min(rate):,.0f}–{max(rate):,.0f}] |"
         )
+    print()
+    print_split(trees, results)
     return 0
+
+
+def print_split(trees: list[Path], results: dict[Path, list[dict[str, Any]]]) -> None:
+    """Where a script's time goes: the commands it ran (their own time in commandstats)
+    and the rest (the call, the Lua, turning arguments and replies into Redis and Lua
+    values), medians of the rounds per job, with the dearest commands."""
+    print(
+        "| tree | script µs per job | its commands' own µs | the rest µs | dearest commands "
+        "(own µs per job) |"
+    )
+    print("|---|---|---|---|---|")
+    for tree in trees:
+        runs = results[tree]
+        usec = statistics.median(g["usec"] for g in runs)
+        own = statistics.median(g.get("own", 0.0) for g in runs)
+        names = {name for g in runs for name in g.get("by_command", {})}
+        by = {
+            name: statistics.median(g.get("by_command", {}).get(name, 0.0) for g in runs)
+            for name in names
+        }
+        dearest = sorted(by.items(), key=lambda kv: -kv[1])[:6]
+        listed = ", ".join(f"{name.upper()} {value:.1f}" for name, value in dearest)
+        print(f"| {label(tree)} | {usec:.1f} | {own:.1f} | {usec - own:.1f} | {listed} |")
+
+
+# --floor: what the single enqueue's writes cost at their least, each step adding one more
+# of them, in a Function of its own with constant keys and no logic (no checks, no id
+# rules, no events format): the store's script cannot cost less than the last step.
+FLOOR_STEPS: tuple[tuple[str, str], ...] = (
+    ("the call (12 arguments, a 2-item reply)", ""),
+    ("+ INCR (the id)", "local id = 'j-' .. redis.call('INCR', '{f}:seq')"),
+    (
+        "+ HSET of the row (7 fields, the payload in 2 pieces)",
+        "redis.call('HSET', '{f}:job:' .. id, 'name', args[5], 'queue', args[6], 'state', "
+        "'waiting', 'enqueued_at', args[1], 'seq', id, 'payload', string.sub(args[7], 1, 63), "
+        "'P2', string.sub(args[7], 64))",
+    ),
+    (
+        "+ RPUSH of the index row (the chunked sets' head)",
+        "if redis.call('RPUSH', '{f}:ixpend', args[1], id, '11a', args[6], args[5]) >= 640 "
+        "then redis.call('DEL', '{f}:ixpend') end",
+    ),
+    (
+        "+ ZADD to the waiting set",
+        "redis.call('ZADD', '{f}:waiting:' .. args[6], 0, "
+        "string.sub('0000000000000000', #id - 1) .. string.sub(id, 3) .. id)",
+    ),
+    (
+        "+ HINCRBY of the waiting counter",
+        "redis.call('HINCRBY', '{f}:counts', 'default|waiting', 1)",
+    ),
+    (
+        "+ SADD of the queue and name",
+        "redis.call('SADD', '{f}:qnames', args[6] .. '\\0' .. args[5])",
+    ),
+    ("+ PUBLISH of the wake", "redis.call('PUBLISH', '{f}:wake', args[6])"),
+    (
+        "+ XADD of the event",
+        "redis.call('XADD', '{f}:events', 'MAXLEN', '~', 10000, '*', 'e', "
+        "'enqueued\\0' .. args[5] .. '\\0' .. args[6] .. '\\0' .. '0\\0' .. args[1] .. '\\0\\01\\0' .. id)",
+    ),
+)
+
+
+def floor(server: PrivateRedis, n: int, rounds: int) -> None:
+    client = server.client()
+    names = []
+    code = ["#!lua name=enqueue_floor"]
+    for k in range(len(FLOOR_STEPS)):
+        body = "\n".join(step for _, step in FLOOR_STEPS[1 : k + 1])
+        names.append(f"floor{k}")
+        code.append(
+            f"redis.register_function('floor{k}', function(keys, args)\n{body}\n"
+            "return {'new', 'x'} end)"
+        )
+    client.function_load("\n".join(code), replace=True)
+    payload = json.dumps(
+        {"user_id": 1, "action": "send_email", "to": "user1@example.com", "attempt": 1}
+    )
+    rows: dict[str, list[tuple[float, float]]] = {name: [] for name in names}
+    for _ in range(rounds):
+        for name in names:
+            client.flushall()  # our own server: nothing else lives there
+            argv = ["", "11", "auto", "", "noop", "default", payload, "", "", "", "0", "0"]
+            for i in range(WARMUP):
+                argv[0] = str(1_700_000_000_000 + i // 5)
+                client.fcall(name, 1, "{f}", *argv)
+            client.config_resetstat()
+            for i in range(n):
+                argv[0] = str(1_700_000_000_000 + i // 5)
+                client.fcall(name, 1, "{f}", *argv)
+            stats = client.info("commandstats")
+            script = stats.get("cmdstat_fcall", {}).get("usec", 0) / n
+            own = (
+                sum(
+                    v["usec"]
+                    for k, v in stats.items()
+                    if k != "cmdstat_fcall" and not k.startswith(("cmdstat_info", "cmdstat_config"))
+                )
+                / n
+            )
+            rows[name].append((script, own))
+    version = client.info("server")["redis_version"]
+    print(
+        f"the enqueue's writes at their least, N = {n:,}, median of {rounds} (redis-server {version})"
+    )
+    print(
+        "| step | script µs per call | its commands' own µs | script + commands (the throughput column) |"
+    )
+    print("|---|---|---|---|")
+    for (what, _), name in zip(FLOOR_STEPS, names, strict=True):
+        script = statistics.median(r[0] for r in rows[name])
+        own = statistics.median(r[1] for r in rows[name])
+        print(f"| {what} | {script:.1f} | {own:.1f} | {script + own:.1f} |")
 
 
 if __name__ == "__main__":
