@@ -11,6 +11,7 @@
 # reported SKIPPED (nox skips it), never passed.  The virtualenvs live in var/matrix/nox and
 # are reused between runs (pip only checks what is installed).  Exit status: non-zero when a
 # combination failed.  Each combination's suites and durations are in var/matrix/results/.
+# The whole matrix runs in MQ_MATRIX_JOBS streams at once (default 2; 1: one after another).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ROOT="$PWD"
@@ -23,7 +24,7 @@ if [ "${1:-}" = "--write-docs" ]; then
   shift
 fi
 mkdir -p "$BIN" "$RESULTS"
-rm -f "$RESULTS"/*.json "$WORK/report.json"
+rm -f "$RESULTS"/*.json "$WORK"/report*.json
 
 # -- interpreters -----------------------------------------------------------------------
 find_python() {  # $1 = 3.12 -> the path of a real python3.12, or nothing
@@ -66,16 +67,59 @@ if [ ! -x "$NOX" ]; then
   NOX="$WORK/tools/bin/nox"
 fi
 
+run_nox() {  # $1 = the report file; the rest goes to nox
+  local report="$1"
+  shift
+  PATH="$BIN:$PATH_NO_SHIMS" MQ_MATRIX_RESULTS="$RESULTS" "$NOX" -f .ci/noxfile.py \
+    --envdir "$WORK/nox" -r --report "$report" "$@"
+}
+
+HOSTPY="$ROOT/.venv/bin/python"
+[ -x "$HOSTPY" ] || HOSTPY=python3
 started=$(date +%s)
 rc=0
-PATH="$BIN:$PATH_NO_SHIMS" MQ_MATRIX_RESULTS="$RESULTS" "$NOX" -f .ci/noxfile.py \
-  --envdir "$WORK/nox" -r --report "$WORK/report.json" "$@" || rc=$?
+# The whole matrix (`-s matrix`, the default) runs its combinations in MQ_MATRIX_JOBS streams
+# at once (2 by default): each combination spends much of its time in pip and waiting on its
+# servers, so two streams keep both cores busy.  Every combination has its own virtualenv,
+# results file, embedded Redis (a pytest temp directory), in-memory test database and
+# wheel-project directory, so the streams share nothing but the pip cache.  Each stream's
+# lines are prefixed with its number; the reports are merged in the noxfile's order.
+jobs="${MQ_MATRIX_JOBS:-2}"
+if [ "$jobs" -gt 1 ] && { [ "$#" -eq 0 ] || [ "$*" = "-s matrix" ]; }; then
+  mapfile -t combos < <("$NOX" -f .ci/noxfile.py -l --json -s matrix 2>/dev/null \
+    | "$HOSTPY" -c 'import json, sys; print("\n".join(s["session"] for s in json.load(sys.stdin)))')
+  if [ "${#combos[@]}" -eq 0 ]; then
+    echo "matrix: nox listed no combination (nox -f .ci/noxfile.py -l --json -s matrix failed)" >&2
+    exit 1
+  fi
+  pids=()
+  for ((i = 0; i < jobs; i++)); do
+    mine=()
+    for ((k = i; k < ${#combos[@]}; k += jobs)); do mine+=("${combos[k]}"); done
+    [ "${#mine[@]}" -gt 0 ] || continue
+    (run_nox "$WORK/report-$i.json" -s "${mine[@]}" 2>&1 | sed -u "s/^/[matrix $((i + 1))] /") &
+    pids+=($!)
+  done
+  for pid in "${pids[@]}"; do wait "$pid" || rc=$?; done
+  "$HOSTPY" - "$WORK" "${combos[@]}" <<'EOF'
+import json, sys
+from pathlib import Path
+work, order = Path(sys.argv[1]), sys.argv[2:]
+sessions = []
+for part in sorted(work.glob("report-*.json")):
+    sessions += json.loads(part.read_text())["sessions"]
+    part.unlink()
+rank = {name: i for i, name in enumerate(order)}
+sessions.sort(key=lambda s: rank.get(s["signatures"][0], len(order)))
+(work / "report.json").write_text(json.dumps({"sessions": sessions}, indent=1))
+EOF
+else
+  run_nox "$WORK/report.json" "$@" || rc=$?
+fi
 elapsed=$(($(date +%s) - started))
 
 # -- the table ----------------------------------------------------------------------------
 TABLE="$WORK/table.md"
-HOSTPY="$ROOT/.venv/bin/python"
-[ -x "$HOSTPY" ] || HOSTPY=python3
 "$HOSTPY" - "$WORK/report.json" "$RESULTS" "$elapsed" >"$TABLE" <<'EOF'
 import json, sys
 from pathlib import Path
