@@ -39,6 +39,7 @@ from store.records import (
     Fail,
     FanOut,
     FlowChildSpec,
+    FlowState,
     ParentEnvelope,
     Retry,
     ScheduleRecord,
@@ -318,6 +319,7 @@ class Command(BaseCommand):
         job_store = self._open(name, clock)
         child_store = job_store if children_name == name else self._open(children_name, clock)
         quieted: list[tuple[RedisJobStore, str]] = []
+        flow: FlowState | None = None
         try:
             self._upsert_schedules(job_store)
             seeded = job_store.get_job(FLOW_PARENT_ID) is not None
@@ -339,6 +341,8 @@ class Command(BaseCommand):
             if not seeded:
                 self._flow(job_store, child_store, clock)
             counts = job_store.counts()
+            parent = job_store.get_job(FLOW_PARENT_ID)
+            flow = parent.flow if parent is not None else None
         finally:
             clock.release()
             for quiet_store, worker_id in quieted:
@@ -354,6 +358,13 @@ class Command(BaseCommand):
                 + ", ".join(f"{state} {n}" for state, n in counts.items())
             )
         )
+        if flow is not None:
+            total = flow.pending + flow.completed + flow.failed + flow.cancelled
+            self.stdout.write(
+                f"The demo flow {FLOW_PARENT_ID}: {flow.completed + flow.failed} of {total} "
+                f"children reported ({flow.completed} completed, {flow.failed} failed), "
+                f"{flow.pending} to go."
+            )
         if children_name == name:
             self.stdout.write(
                 "Only one store is configured, so the demo flow's children live in the same "
