@@ -55,7 +55,7 @@ from store.keys import StoreKeys
 from store.listing import ORDER_FIELDS, plan_list_query
 from store.records import ALL_STATES
 
-#: A whole-directory check walks every operation (~40 s on a quiet 2-core machine; more
+#: A whole-directory check walks every operation (~12 s on a quiet 2-core machine; more
 #: when the suite's workers share the cores): a longer hang guard than the suite's 120 s.
 pytestmark = pytest.mark.timeout(480)
 
@@ -667,6 +667,13 @@ class Unit:
         self.redis_calls: list[Call] = []
         self.problems: list[Finding] = []
         self._previous: dict[int, Any] = {}
+        self._final: dict[int, Any] = {}
+        self._final_contents: dict[tuple[int, str | None], list[Node]] = {}
+        # Lookups of the static parts of ``contents`` (which items and stores may hold a
+        # field), computed once per field instead of on every visit of the fixpoint.
+        self._items_by_field: dict[tuple[int, str | None], list[Node]] = {}
+        self._stores_by_field: dict[str | None, list[tuple[Node, Node]]] = {}
+        self._stores_indexed = 0
         body = Parser(src).chunk()
         self.walk_block(body, Env(None))
 
@@ -1117,12 +1124,21 @@ class Unit:
     # ``h`` comes out of ``heads``).  Each round recomputes from the previous round's
     # answers for the expressions still being worked out, until nothing grows.
 
+    #
+    # A round that changed nothing closes the system of every expression it worked out
+    # (each depends only on expressions of the same round): those answers are final, and
+    # later questions start from them (``_final``, ``_final_contents``) instead of
+    # working the same tables out again.
+
     def _fix(self, compute: Any, *args: Any) -> Any:
         while True:
             self._current: dict[int, Any] = {}
+            self._current_contents: dict[tuple[int, str | None], list[Node]] = {}
             self._active: set[int] = set()
             result = compute(*args)
             if all(self._previous.get(k, frozenset()) == v for k, v in self._current.items()):
+                self._final.update(self._current)
+                self._final_contents.update(self._current_contents)
                 return result
             self._previous.update(self._current)
 
@@ -1142,6 +1158,8 @@ class Unit:
 
     def _origins(self, e: Node) -> frozenset[Any] | None:
         k = id(e)
+        if k in self._final:
+            return self._final[k]  # type: ignore[no-any-return]
         if k in self._current:
             return self._current[k]  # type: ignore[no-any-return]
         if k in self._active:
@@ -1228,24 +1246,61 @@ class Unit:
         return None
 
     def _contents(self, table: Node, key: Node | None) -> list[Node]:
+        field_name = _field(key)
+        k = (id(table), field_name)
+        values = self._final_contents.get(k)
+        if values is None:
+            values = self._current_contents.get(k)
+        if values is None:
+            values = self._contents_of(table, field_name)
+            self._current_contents[k] = values
+        return list(values)
+
+    def _contents_of(self, table: Node, field_name: str | None) -> list[Node]:
         origins = self._origins(table)
         if origins is None:
             return [Literal(table.line, UNKNOWN_VALUE)]
-        field_name = _field(key)
         values: list[Node] = []
         for origin in origins:
-            for item_key, value in origin.items:
-                item_field = _field(item_key)
-                if field_name is None or item_field is None or item_field == field_name:
-                    values.append(value)
-        for obj, store_key, value in self.stores:
-            store_field = _field(store_key)
-            if field_name is not None and store_field is not None and store_field != field_name:
-                continue
+            values.extend(self._items_with(origin, field_name))
+        for obj, value in self._stores_with(field_name):
             stored_in = self._origins(obj)
             if stored_in is None or stored_in & origins:
                 values.append(value)
         return values
+
+    def _items_with(self, table: Table, field_name: str | None) -> list[Node]:
+        """The constructor items of ``table`` that may be its ``field_name`` (None: any)."""
+        k = (id(table), field_name)
+        items = self._items_by_field.get(k)
+        if items is None:
+            items = [
+                value
+                for item_key, value in table.items
+                if field_name is None
+                or (item_field := _field(item_key)) is None
+                or item_field == field_name
+            ]
+            self._items_by_field[k] = items
+        return items
+
+    def _stores_with(self, field_name: str | None) -> list[tuple[Node, Node]]:
+        """(table expr, value) of every store that may write ``field_name`` (None: any), in
+        the order of ``self.stores``."""
+        if self._stores_indexed != len(self.stores):
+            self._stores_by_field.clear()
+            self._stores_indexed = len(self.stores)
+        stores = self._stores_by_field.get(field_name)
+        if stores is None:
+            stores = [
+                (obj, value)
+                for obj, store_key, value in self.stores
+                if field_name is None
+                or (store_field := _field(store_key)) is None
+                or store_field == field_name
+            ]
+            self._stores_by_field[field_name] = stores
+        return stores
 
     def _table_keys(self, table: Node) -> list[Node]:
         origins = self._origins(table)
@@ -1539,7 +1594,7 @@ def test_the_check_catches_a_bad_key(tmp_path: Path, mutation: str) -> None:
         path.write_text(new + path.read_text(encoding="utf-8"), encoding="utf-8")
     # An operation file only affects that operation; a helper mutation is checked in the
     # operations that run the mutated code (every operation includes every helper, and
-    # walking all of them per mutation would take a minute each).
+    # walking all of them per mutation would take ~12 s each).
     reports = check_lua_dir(lua_dir, HELPER_MUTATION_OPS.get(mutation, [Path(file).stem]))
     assert reports, f"{mutation}: not reported"
     assert any(expected in r.text for r in reports), format_reports(reports)
