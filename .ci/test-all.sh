@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, as `make test` (and CI) run it.
 #
-# `make test` runs pass 1: everything a fresh machine can run, in 10-14 minutes on two cores.
+# `make test` runs pass 1: everything a fresh machine can run, in 11-14 minutes on two cores.
 # 1. Everything against a private embedded Redis 6.2 (or MQ_TEST_REDIS_URL when set) and the
 #    dashboard database on SQLite.  1b: the host-project tests (their own settings module);
 #    1c: the wheel installed into a new project (.ci/wheel-project.sh); 1d: the documentation
