@@ -85,6 +85,10 @@ rc=0
 # wheel-project directory, so the streams share nothing but the pip cache.  Each stream's
 # lines are prefixed with its number; the reports are merged in the noxfile's order.
 jobs="${MQ_MATRIX_JOBS:-2}"
+if ! [[ "$jobs" =~ ^[1-9][0-9]*$ ]]; then
+  echo "matrix: MQ_MATRIX_JOBS must be a whole number of streams, 1 or more (got '$jobs')" >&2
+  exit 2
+fi
 if [ "$jobs" -gt 1 ] && { [ "$#" -eq 0 ] || [ "$*" = "-s matrix" ]; }; then
   mapfile -t combos < <("$NOX" -f .ci/noxfile.py -l --json -s matrix 2>/dev/null \
     | "$HOSTPY" -c 'import json, sys; print("\n".join(s["session"] for s in json.load(sys.stdin)))')
