@@ -1131,6 +1131,11 @@ class Unit:
     # working the same tables out again.
 
     def _fix(self, compute: Any, *args: Any) -> Any:
+        if self._stores_indexed != len(self.stores):
+            # A store seen since the last answers (none today: the walk is over before
+            # the first question) makes them stale.
+            self._final.clear()
+            self._final_contents.clear()
         while True:
             self._current: dict[int, Any] = {}
             self._current_contents: dict[tuple[int, str | None], list[Node]] = {}
