@@ -19,6 +19,7 @@ import contextlib
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,6 +53,12 @@ _stores: dict[tuple[str, str, str], RedisJobStore] = {}
 _probes: dict[str, Any] = {}
 #: Seconds a health probe waits to connect to a store's Redis, and for its reply.
 PROBE_TIMEOUT_S = 1.0
+# Redis URL -> (monotonic time of the last look, the page's message): the Redis of a
+# store found unreachable (see :func:`_gate`).
+_down: dict[str, tuple[float, str]] = {}
+#: Seconds a Redis found unreachable is reported down at once, without trying it again;
+#: then one health probe (no retries, :data:`PROBE_TIMEOUT_S`) looks again.
+DOWN_RECHECK_S = 5.0
 
 
 class StateCounts:
@@ -341,6 +348,7 @@ def reset() -> None:
         _stores.clear()
         _clients.clear()
         _probes.clear()
+        _down.clear()
     for job_store in stores:
         close = getattr(job_store, "close", None)
         if close is not None:
@@ -379,8 +387,9 @@ class UnknownStore(LookupError):
 
 @contextlib.contextmanager
 def reaching(store_name: str) -> Iterator[None]:
-    """Turn a store's connection failure into :class:`StoreUnavailable` naming the store."""
-    from store.errors import JobStoreError
+    """Turn a store's connection failure into :class:`StoreUnavailable` naming the store
+    (and remember a Redis that cannot be reached: :func:`open_store` then fails fast)."""
+    from store.errors import JobStoreError, is_unreachable
 
     try:
         yield
@@ -388,7 +397,62 @@ def reaching(store_name: str) -> Iterator[None]:
         entry = configured_stores().get(store_name, {})
         url = store_url(entry) if entry else None
         logger.warning("store %s unavailable: %s", store_name, exc)
-        raise StoreUnavailable(store_name, public_error(exc, url)) from exc
+        message = public_error(exc, url)
+        if url is not None and is_unreachable(exc):
+            _mark_down(url, message)
+        raise StoreUnavailable(store_name, message) from exc
+
+
+def _mark_down(url: str, message: str) -> None:
+    with _lock:
+        _down[url] = (time.monotonic(), message)
+
+
+def _gate(name: str, entry: dict[str, Any]) -> None:
+    """Fail fast for a store whose Redis is known to be down.
+
+    The store client retries a refused connection for ~1.5 s, and a page may make several
+    calls: a page with one store down would take seconds.  So the first time a page
+    opens a store whose Redis has no client yet, and whenever a Redis found unreachable
+    is due another look (:data:`DOWN_RECHECK_S` after the last), one new connection
+    decides: it never retries and waits at most :data:`PROBE_TIMEOUT_S`.  In between, the
+    store is reported unavailable at once, with the message of the failure.  The
+    embedded Redis is left out: opening it starts it if needed.
+
+    Raises:
+        StoreUnavailable: the Redis is down, or was at the last look.
+    """
+    from store.connection import connect_probe
+    from store.errors import JobStoreError, is_unreachable
+
+    url = store_url(entry)
+    if url is None:
+        return
+    with _lock:
+        down = _down.get(url)
+        opened = url in _clients
+    if down is None and opened:
+        return
+    if down is not None:
+        age = time.monotonic() - down[0]
+        if age < DOWN_RECHECK_S:
+            raise StoreUnavailable(
+                name,
+                f"{down[1]} (last checked {age:.1f} s ago; "
+                f"checked again {DOWN_RECHECK_S:g} s after that)",
+            )
+    try:
+        # A connection of its own (connect_probe pings it): a pooled one may be a stale
+        # socket from before a restart.
+        connect_probe(url, PROBE_TIMEOUT_S).close()
+    except JobStoreError as exc:  # (connect_probe raises nothing else for a valid URL)
+        message = public_error(exc, url)
+        logger.warning("store %s unavailable: %s", name, message)
+        if is_unreachable(exc):
+            _mark_down(url, message)
+        raise StoreUnavailable(name, message) from exc
+    with _lock:
+        _down.pop(url, None)
 
 
 def store_names() -> list[str]:
@@ -397,8 +461,10 @@ def store_names() -> list[str]:
 
 def open_store(name: str) -> Any:
     """The configured store ``name`` (raises :class:`UnknownStore` / :class:`StoreUnavailable`)."""
-    if name not in configured_stores():
+    stores = configured_stores()
+    if name not in stores:
         raise UnknownStore(name)
+    _gate(name, stores[name])
     with reaching(name):
         return get_named_store(name)
 

@@ -19,7 +19,14 @@ import re
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from redis.exceptions import NoPermissionError, RedisClusterException, RedisError, ResponseError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import (
+    NoPermissionError,
+    RedisClusterException,
+    RedisError,
+    ResponseError,
+)
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 if TYPE_CHECKING:
     from store.records import ClaimResult
@@ -185,6 +192,22 @@ class JobCancelledError(StoreDefect):
 #: such a client catches these (with :class:`StoreFailure`) to report the Redis as
 #: unavailable.  ``RedisClusterException`` is not a ``RedisError`` in redis-py.
 UNAVAILABLE_ERRORS: tuple[type[Exception], ...] = (RedisError, RedisClusterException)
+
+
+def is_unreachable(exc: BaseException) -> bool:
+    """Whether ``exc`` (or an exception it was raised from) says the Redis cannot be reached:
+    a refused, dropped or timed-out connection -- not a server that answered with an error,
+    nor a failure of the store's own (a value too large, an ACL refusal)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, (RedisConnectionError, RedisTimeoutError, OSError)):
+            return True
+        if isinstance(current, RedisClusterException) and not isinstance(current, RedisError):
+            return True  # no node of the cluster answered (redis-py: not a RedisError)
+        current = current.__cause__ or current.__context__
+    return False
 
 
 def is_permission_error(exc: BaseException) -> bool:

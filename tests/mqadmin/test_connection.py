@@ -17,7 +17,13 @@ import redis.cluster
 
 from store.connection import connect, mask_url
 from store.embedded import EmbeddedRedis, redis_server_binary
-from store.errors import InvalidRequestError, JobStoreError
+from store.errors import (
+    InvalidRequestError,
+    JobStoreError,
+    ValueTooLargeError,
+    is_unreachable,
+    store_error,
+)
 
 CLUSTER_SLOTS = 16384
 
@@ -58,6 +64,21 @@ def test_unreachable_cluster_raises_job_store_error() -> None:
 
     assert caught.value.__cause__ is not None
     assert "hunter2" not in str(caught.value)
+    assert is_unreachable(caught.value)
+
+
+def test_is_unreachable_tells_a_missing_redis_from_one_that_answered() -> None:
+    with pytest.raises(JobStoreError) as refused:
+        connect("redis://127.0.0.1:1/0")
+    assert is_unreachable(refused.value)
+    assert is_unreachable(store_error("get_job", redis.TimeoutError("Timeout reading")))
+    # A server that answered, and the store's own refusals, are not "down".
+    assert not is_unreachable(store_error("get_job", redis.ResponseError("WRONGTYPE")))
+    assert not is_unreachable(
+        store_error("enqueue", redis.exceptions.NoPermissionError("NOPERM no permissions"))
+    )
+    assert not is_unreachable(ValueTooLargeError("payload", 2 << 20, 1 << 20))
+    assert not is_unreachable(JobStoreError("job id space exhausted"))
 
 
 @pytest.mark.parametrize(
