@@ -93,12 +93,15 @@ def test_order_by_finished_and_run_time_in_both_directions(
     main = stores.main
     clock = FakeClock(1_700_000_000_000)
     handle = RedisJobStore(main.client, prefix=stores.main_prefix, store_key="main", clock=clock)
-    finished = []
-    for _ in range(3):
-        clock.advance(1000)
-        finished.append(completed_job(handle))
-    late = handle.enqueue(EnqueueRequest(name="SendEmail", queue="emails", delay_ms=90_000)).id
-    soon = handle.enqueue(EnqueueRequest(name="SendEmail", queue="emails", delay_ms=10_000)).id
+    try:
+        finished = []
+        for _ in range(3):
+            clock.advance(1000)
+            finished.append(completed_job(handle))
+        late = handle.enqueue(EnqueueRequest(name="SendEmail", queue="emails", delay_ms=90_000)).id
+        soon = handle.enqueue(EnqueueRequest(name="SendEmail", queue="emails", delay_ms=10_000)).id
+    finally:
+        handle.close()  # its claims started a wake subscription
 
     def ids(query: str) -> list[str]:
         response = admin_client_.get("/jobs/?store=main&" + query)

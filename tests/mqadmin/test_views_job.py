@@ -192,8 +192,11 @@ def test_an_expired_lock_is_flagged(stores: Stores, admin_client_: Client) -> No
     past = RedisJobStore(
         stores.main.client, prefix=stores.main_prefix, store_key="main", clock=clock
     )
-    job_id = past.enqueue(EnqueueRequest(name="Charge", queue="billing")).id
-    past.claim(queue="billing", names=["Charge"], token="gone:1", lock_duration_ms=30_000)
+    try:
+        job_id = past.enqueue(EnqueueRequest(name="Charge", queue="billing")).id
+        past.claim(queue="billing", names=["Charge"], token="gone:1", lock_duration_ms=30_000)
+    finally:
+        past.close()  # the claim started a wake subscription
 
     html = text_of(admin_client_.get(f"/stores/main/jobs/{job_id}"))
 
