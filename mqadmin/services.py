@@ -438,8 +438,8 @@ def _gate(name: str, entry: dict[str, Any]) -> None:
         if age < DOWN_RECHECK_S:
             raise StoreUnavailable(
                 name,
-                f"{down[1]} (last checked {age:.1f} s ago; "
-                f"checked again {DOWN_RECHECK_S:g} s after that)",
+                f"{down[1]} (as of {age:.1f} s ago; the next try in "
+                f"{max(0.1, DOWN_RECHECK_S - age):.1f} s)",
             )
     try:
         # A connection of its own (connect_probe pings it): a pooled one may be a stale
