@@ -20,6 +20,9 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 PY=.venv/bin/python
+# pytest-xdist workers: the suite mostly waits (on Redis, subprocesses, timeouts), so six keep
+# two cores busy (pass 1: 9:34 at four workers with the browser tests, 7:07 at six).
+WORKERS="${MQ_TEST_WORKERS:-6}"
 
 # Compile everything up front: CPython 3.11 can raise a spurious "AST constructor recursion
 # depth mismatch" SystemError when two threads compile at once (a worker thread importing a
@@ -33,7 +36,7 @@ if [ -x "${CHROMIUM:-/usr/bin/chromium}" ] && command -v npm >/dev/null 2>&1; th
 fi
 
 echo "== pass 1: embedded Redis${MQ_TEST_REDIS_URL:+ ($MQ_TEST_REDIS_URL)}, SQLite"
-"$PY" -m pytest -n "${MQ_TEST_WORKERS:-4}" "$@"
+"$PY" -m pytest -n "$WORKERS" "$@"
 
 # pytest-django uses one settings module per process: the app inside a minimal host
 # project (tests/hostproject: its own user model, login, URLconf with the app under
@@ -78,7 +81,7 @@ if [ -z "${MQ_TEST_REDIS_URL:-}" ] \
 fi
 echo "== pass 2: the whole suite on the newest combination (.ci/noxfile.py full(newest))${redis_url:+, against $redis_url}"
 MQ_TEST_REDIS_URL="${redis_url:-${MQ_TEST_REDIS_URL:-}}" \
-  bash .ci/matrix.sh -s "full(newest)" -- -n "${MQ_TEST_WORKERS:-4}" "$@"
+  bash .ci/matrix.sh -s "full(newest)" -- -n "$WORKERS" "$@"
 newest=$("$PY" -c 'import json; print(json.load(open("var/matrix/report.json"))["sessions"][0]["result"])')
 if [ "$newest" != success ]; then
   echo "== pass 2: the newest combination has no interpreter here (nox: $newest)"
@@ -88,7 +91,7 @@ if [ "$newest" != success ]; then
     for d in tests/store tests/runtime tests/flows tests/chaos tests/property tests/commands tests/consistency tests/tasks; do
       [ -d "$d" ] && suites+=("$d")
     done
-    MQ_TEST_REDIS_URL="$redis_url" "$PY" -m pytest -n "${MQ_TEST_WORKERS:-4}" "${suites[@]}" "$@"
+    MQ_TEST_REDIS_URL="$redis_url" "$PY" -m pytest -n "$WORKERS" "${suites[@]}" "$@"
   fi
 fi
 [ -n "$redis_url" ] || echo "== (no Redis on 127.0.0.1:6379: pass 2 ran on the embedded Redis)"
@@ -99,7 +102,7 @@ if [ -z "$pg_url" ] && "$PY" -c 'import psycopg; psycopg.connect("postgresql://p
 fi
 if [ -n "$pg_url" ]; then
   echo "== pass 3: the dashboard and Django Tasks suites on PostgreSQL"
-  DATABASE_URL="$pg_url" "$PY" -m pytest -n "${MQ_TEST_WORKERS:-4}" tests/mqadmin tests/consistency tests/tasks "$@"
+  DATABASE_URL="$pg_url" "$PY" -m pytest -n "$WORKERS" tests/mqadmin tests/consistency tests/tasks "$@"
   echo "== pass 3b: the host project on PostgreSQL"
   DATABASE_URL="$pg_url" "$PY" -m pytest tests/host --ds=tests.hostproject.settings "$@"
 else
