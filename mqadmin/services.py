@@ -57,7 +57,7 @@ PROBE_TIMEOUT_S = 1.0
 # store found unreachable (see :func:`_gate`).
 _down: dict[str, tuple[float, str]] = {}
 #: Seconds a Redis found unreachable is reported down at once, without trying it again;
-#: then one health probe (no retries, :data:`PROBE_TIMEOUT_S`) looks again.
+#: then one new connection (no retries, :data:`PROBE_TIMEOUT_S`) looks again (:func:`_gate`).
 DOWN_RECHECK_S = 5.0
 
 

@@ -196,16 +196,18 @@ UNAVAILABLE_ERRORS: tuple[type[Exception], ...] = (RedisError, RedisClusterExcep
 
 def is_unreachable(exc: BaseException) -> bool:
     """Whether ``exc`` (or an exception it was raised from) says the Redis cannot be reached:
-    a refused, dropped or timed-out connection -- not a server that answered with an error,
-    nor a failure of the store's own (a value too large, an ACL refusal)."""
+    a refused, dropped or timed-out connection, no cluster node answering, and what
+    redis-py files under connection errors (a wrong password, a server still loading) --
+    not a server that answered with an error, nor a failure of the store's own (a value
+    too large, an ACL refusal)."""
     seen: set[int] = set()
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:
         seen.add(id(current))
-        if isinstance(current, (RedisConnectionError, RedisTimeoutError, OSError)):
+        # (RedisClusterException, not a RedisError in redis-py: no node of the cluster answered.)
+        unreachable = (RedisConnectionError, RedisTimeoutError, RedisClusterException, OSError)
+        if isinstance(current, unreachable):
             return True
-        if isinstance(current, RedisClusterException) and not isinstance(current, RedisError):
-            return True  # no node of the cluster answered (redis-py: not a RedisError)
         current = current.__cause__ or current.__context__
     return False
 
