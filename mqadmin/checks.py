@@ -242,7 +242,7 @@ def check_user_model() -> list[CheckMessage]:
 
 
 def check_connection_settings() -> list[CheckMessage]:
-    """MQ_REDIS_URL, MQ_PREFIX and MQ_DATA_DIR, when set, have the right shape."""
+    """MQ_REDIS_URL, MQ_PREFIX, MQ_STORE_RECHECK_SECONDS and MQ_DATA_DIR, when set, have the right shape."""
     messages: list[CheckMessage] = []
     url = getattr(settings, "MQ_REDIS_URL", None)
     if url is not None and (
@@ -268,6 +268,20 @@ def check_connection_settings() -> list[CheckMessage]:
                 f"MQ_PREFIX must be a non-empty string without braces, got {prefix!r}.",
                 hint="Example: MQ_PREFIX = 'mq' (the keys then live under '{mq}:').",
                 id="mqadmin.E016",
+            )
+        )
+    recheck = getattr(settings, "MQ_STORE_RECHECK_SECONDS", None)
+    if recheck is not None and (
+        isinstance(recheck, bool)
+        or not isinstance(recheck, (int, float))
+        or not 0 <= recheck < float("inf")
+    ):
+        messages.append(
+            Error(
+                f"MQ_STORE_RECHECK_SECONDS must be a number of seconds >= 0, got {recheck!r}.",
+                hint="Example: MQ_STORE_RECHECK_SECONDS = 5 (0: look at a down store's "
+                "Redis on every page).",
+                id="mqadmin.E020",
             )
         )
     data_dir = getattr(settings, "MQ_DATA_DIR", None)

@@ -58,7 +58,14 @@ PROBE_TIMEOUT_S = 1.0
 _down: dict[str, tuple[float, str]] = {}
 #: Seconds a Redis found unreachable is reported down at once, without trying it again;
 #: then one new connection (no retries, :data:`PROBE_TIMEOUT_S`) looks again (:func:`_gate`).
+#: The ``MQ_STORE_RECHECK_SECONDS`` setting, when set, wins (:func:`down_recheck_s`).
 DOWN_RECHECK_S = 5.0
+
+
+def down_recheck_s() -> float:
+    """Seconds between two looks at a Redis found unreachable (``MQ_STORE_RECHECK_SECONDS``)."""
+    value = getattr(settings, "MQ_STORE_RECHECK_SECONDS", None)
+    return DOWN_RECHECK_S if value is None else float(value)
 
 
 class StateCounts:
@@ -414,7 +421,7 @@ def _gate(name: str, entry: dict[str, Any]) -> None:
     The store client retries a refused connection for ~1.5 s, and a page may make several
     calls: a page with one store down would take seconds.  So the first time a page
     opens a store whose Redis has no client yet, and whenever a Redis found unreachable
-    is due another look (:data:`DOWN_RECHECK_S` after the last), one new connection
+    is due another look (``MQ_STORE_RECHECK_SECONDS``, 5 s, after the last), one new connection
     decides: it never retries and waits at most :data:`PROBE_TIMEOUT_S`.  In between, the
     store is reported unavailable at once, with the message of the failure.  The
     embedded Redis is left out: opening it starts it if needed.
@@ -435,11 +442,12 @@ def _gate(name: str, entry: dict[str, Any]) -> None:
         return
     if down is not None:
         age = time.monotonic() - down[0]
-        if age < DOWN_RECHECK_S:
+        recheck = down_recheck_s()
+        if age < recheck:
             raise StoreUnavailable(
                 name,
                 f"{down[1]} (as of {age:.1f} s ago; the next try in "
-                f"{max(0.1, DOWN_RECHECK_S - age):.1f} s)",
+                f"{max(0.1, recheck - age):.1f} s)",
             )
     try:
         # A connection of its own (connect_probe pings it): a pooled one may be a stale

@@ -188,6 +188,9 @@ MQ_DASHBOARD_READ_ONLY = env_bool("MQ_DASHBOARD_READ_ONLY", default=False)
 # threads per process); the other MQ_EVENTS_* settings keep their defaults (docs/dashboard.md).
 MQ_EVENTS_ENABLED = env_bool("MQ_EVENTS_ENABLED", default=True)
 MQ_EVENTS_MAX_CONNECTIONS = int(os.environ.get("MQ_EVENTS_MAX_CONNECTIONS") or 8)
+# Seconds a store whose Redis was found unreachable is reported down at once before the
+# dashboard tries it again (one connection without retries; docs/dashboard.md).
+MQ_STORE_RECHECK_SECONDS = float(os.environ.get("MQ_STORE_RECHECK_SECONDS") or 5)
 # When set, /metrics/ also answers a scraper sending "Authorization: Bearer <token>"
 # (dashboard users always may read it).
 MQ_METRICS_TOKEN = os.environ.get("MQ_METRICS_TOKEN") or None

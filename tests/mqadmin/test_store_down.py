@@ -9,6 +9,7 @@ one connection that never retries, and reports it down at once in between.
 
 from __future__ import annotations
 
+import re
 import socket
 import threading
 from collections.abc import Iterator
@@ -92,13 +93,13 @@ def test_a_down_store_is_tried_with_one_connection_then_reported_down_at_once(
 
 
 def test_a_down_store_is_looked_at_again_after_the_recheck_interval(
-    settings: Any, dropping: DroppingServer, admin_client_: Client, monkeypatch: Any
+    settings: Any, dropping: DroppingServer, admin_client_: Client
 ) -> None:
     settings.MQ_STORES = {"broken": {"prefix": "x", "url": dropping.url}}
     assert admin_client_.get("/jobs/?store=broken").status_code == 503
     assert dropping.accepted == 1
 
-    monkeypatch.setattr(services, "DOWN_RECHECK_S", 0.0)
+    settings.MQ_STORE_RECHECK_SECONDS = 0
     response = admin_client_.get("/jobs/?store=broken")
 
     assert response.status_code == 503
@@ -106,8 +107,22 @@ def test_a_down_store_is_looked_at_again_after_the_recheck_interval(
     assert dropping.accepted == 2
 
 
+def test_the_recheck_interval_is_the_mq_store_recheck_seconds_setting(
+    settings: Any, dropping: DroppingServer, admin_client_: Client
+) -> None:
+    settings.MQ_STORES = {"broken": {"prefix": "x", "url": dropping.url}}
+    settings.MQ_STORE_RECHECK_SECONDS = 60
+    assert admin_client_.get("/jobs/?store=broken").status_code == 503
+
+    response = admin_client_.get("/jobs/?store=broken")
+
+    found = re.search(r"the next try in (\d+\.\d) s", text_of(response))
+    assert found and 55 < float(found[1]) <= 60  # not the 5 s default
+    assert dropping.accepted == 1
+
+
 def test_a_store_whose_redis_dies_and_comes_back_is_reported_then_served_again(
-    settings: Any, admin_client_: Client, monkeypatch: Any
+    settings: Any, admin_client_: Client
 ) -> None:
     # Every write on disk before it is acknowledged: the job outlives the crash below.
     server = PrivateRedis(appendonly=True, appendfsync="always").start()
@@ -128,7 +143,7 @@ def test_a_store_whose_redis_dies_and_comes_back_is_reported_then_served_again(
         server.start()
         still = admin_client_.get("/stores/solo/jobs/j-1")
         assert still.status_code == 503  # until the recheck is due
-        monkeypatch.setattr(services, "DOWN_RECHECK_S", 0.0)
+        settings.MQ_STORE_RECHECK_SECONDS = 0
         back = admin_client_.get("/stores/solo/jobs/j-1")
         assert back.status_code == 200
         assert "j-1" in text_of(back)
