@@ -30,7 +30,6 @@ NAME = "noop"
 LOCK_MS = 30_000
 WORKER = "w1"
 WORKER_CONCURRENCY = 8
-WORKER_PREFETCH = 32
 
 
 def _noop(payload: Any) -> None:
@@ -96,8 +95,9 @@ def main(argv: list[str]) -> None:
         )
     else:
         enqueue_bulk()
-        # The same Worker `manage.py runworker` runs, draining sync no-op handlers (the peers'
-        # tasks are plain functions too) in burst mode: it returns when the queue is empty.
+        # The same Worker `manage.py runworker` runs, with its defaults (prefetch "auto"),
+        # draining sync no-op handlers (the peers' tasks are plain functions too) in burst mode:
+        # it returns when the queue is empty.
         registry = store.StoreRegistry()
         registry.register(jobs)
         noop = store.Job(NAME, queue=QUEUE, registry=registry, handler=_noop)
@@ -105,7 +105,6 @@ def main(argv: list[str]) -> None:
             jobs,
             [noop],
             concurrency=WORKER_CONCURRENCY,
-            prefetch=WORKER_PREFETCH,
             registry=registry,
             burst=True,
         )
@@ -116,9 +115,9 @@ def main(argv: list[str]) -> None:
         if done != n:
             fail(f"ours: the worker completed {done} of {n} jobs")
         variant, api = (
-            f"Worker c{WORKER_CONCURRENCY} prefetch {WORKER_PREFETCH}",
-            f"store.Worker(concurrency={WORKER_CONCURRENCY}, prefetch={WORKER_PREFETCH}, burst=True)"
-            ".run(), sync no-op handler (what manage.py runworker runs)",
+            f"Worker c{WORKER_CONCURRENCY} prefetch auto",
+            f"store.Worker(concurrency={WORKER_CONCURRENCY}, burst=True).run(), defaults (prefetch"
+            ' "auto"), sync no-op handler (what manage.py runworker runs)',
         )
     jobs.close()
     emit("ours", args, timer, variant=variant, api=api, version="working tree")
