@@ -29,6 +29,7 @@ import json
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -269,6 +270,41 @@ FLOOR_STEPS: tuple[tuple[str, str], ...] = (
 )
 
 
+def _cpu(client: Any) -> float:
+    info = client.info("cpu")
+    return float(info["used_cpu_sys"] + info["used_cpu_user"])
+
+
+def _plain_writes(client: Any, seq: int, now: str, payload: str) -> None:
+    """The last floor step's eight writes as plain commands, one MULTI, no script."""
+    jid = f"j-{seq}"
+    pipe = client.pipeline(transaction=True)
+    pipe.hset(
+        "{f}:job:" + jid,
+        mapping={
+            "name": "noop",
+            "queue": "default",
+            "state": "waiting",
+            "enqueued_at": now,
+            "seq": seq,
+            "payload": payload[:63],
+            "P2": payload[63:],
+        },
+    )
+    pipe.rpush("{f}:ixpend", now, jid, "11a", "default", "noop")
+    pipe.zadd("{f}:waiting:default", {f"{seq:015d}{jid}": 0})
+    pipe.hincrby("{f}:counts", "default|waiting", 1)
+    pipe.sadd("{f}:qnames", "default\0noop")
+    pipe.publish("{f}:wake", "default")
+    pipe.xadd(
+        "{f}:events",
+        {"e": f"enqueued\0noop\0default\00\0{now}\0\01\0{jid}"},
+        maxlen=10_000,
+        approximate=True,
+    )
+    pipe.execute()
+
+
 def floor(server: PrivateRedis, n: int, rounds: int) -> None:
     client = server.client()
     names = []
@@ -284,18 +320,38 @@ def floor(server: PrivateRedis, n: int, rounds: int) -> None:
     payload = json.dumps(
         {"user_id": 1, "action": "send_email", "to": "user1@example.com", "attempt": 1}
     )
-    rows: dict[str, list[tuple[float, float]]] = {name: [] for name in names}
+
+    def scripted(name: str, i: int) -> None:
+        argv[0] = str(1_700_000_000_000 + i // 5)
+        client.fcall(name, 1, "{f}", *argv)
+
+    def plain_multi(i: int) -> None:
+        # The id drawn beforehand: the row's key needs it, and a MULTI cannot feed one
+        # command's reply into another (a script-free store would draw it from the client).
+        _plain_writes(client, i + 1, str(1_700_000_000_000 + i // 5), payload)
+
+    def plain_incr_then_multi(i: int) -> None:
+        # The store's own id rule without a script: INCR, then the MULTI (two round trips).
+        _plain_writes(client, client.incr("{f}:seq"), str(1_700_000_000_000 + i // 5), payload)
+
+    argv = ["", "11", "auto", "", "noop", "default", payload, "", "", "", "0", "0"]
+    steps: list[tuple[str, Any]] = [
+        (what, lambda i, name=name: scripted(name, i))
+        for (what, _), name in zip(FLOOR_STEPS, names, strict=True)
+    ]
+    steps.append(("the same 8 writes, plain commands in one MULTI (id drawn ahead)", plain_multi))
+    steps.append(("the same, INCR then the MULTI (two round trips)", plain_incr_then_multi))
+    rows: dict[str, list[tuple[float, float, float, float]]] = {what: [] for what, _ in steps}
     for _ in range(rounds):
-        for name in names:
+        for what, call in steps:
             client.flushall()  # our own server: nothing else lives there
-            argv = ["", "11", "auto", "", "noop", "default", payload, "", "", "", "0", "0"]
             for i in range(WARMUP):
-                argv[0] = str(1_700_000_000_000 + i // 5)
-                client.fcall(name, 1, "{f}", *argv)
+                call(i)
             client.config_resetstat()
+            cpu, started = _cpu(client), time.perf_counter()
             for i in range(n):
-                argv[0] = str(1_700_000_000_000 + i // 5)
-                client.fcall(name, 1, "{f}", *argv)
+                call(WARMUP + i)
+            wall, cpu = time.perf_counter() - started, _cpu(client) - cpu
             stats = client.info("commandstats")
             script = stats.get("cmdstat_fcall", {}).get("usec", 0) / n
             own = (
@@ -306,19 +362,21 @@ def floor(server: PrivateRedis, n: int, rounds: int) -> None:
                 )
                 / n
             )
-            rows[name].append((script, own))
+            rows[what].append((script, own, cpu * 1e6 / n, n / wall))
     version = client.info("server")["redis_version"]
     print(
         f"the enqueue's writes at their least, N = {n:,}, median of {rounds} (redis-server {version})"
     )
     print(
-        "| step | script µs per call | its commands' own µs | script + commands (the throughput column) |"
+        "| step | script µs per call | its commands' own µs "
+        "| script + commands (the throughput column) | server CPU µs per call | calls/s |"
     )
-    print("|---|---|---|---|")
-    for (what, _), name in zip(FLOOR_STEPS, names, strict=True):
-        script = statistics.median(r[0] for r in rows[name])
-        own = statistics.median(r[1] for r in rows[name])
-        print(f"| {what} | {script:.1f} | {own:.1f} | {script + own:.1f} |")
+    print("|---|---|---|---|---|---|")
+    for what, _ in steps:
+        script, own, cpu, rate = (statistics.median(r[k] for r in rows[what]) for k in range(4))
+        print(
+            f"| {what} | {script:.1f} | {own:.1f} | {script + own:.1f} | {cpu:.1f} | {rate:,.0f} |"
+        )
 
 
 if __name__ == "__main__":
