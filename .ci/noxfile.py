@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 import nox
+from nox.command import CommandFailed
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -58,9 +59,22 @@ PYTEST = ["python", "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider"]
 EXTRAS = "test,site"
 
 
+#: Tries of one install: a download cut short (seen once: a Django wheel whose hash did not
+#: match, which pip does not retry by itself) should not fail the whole run.
+INSTALL_TRIES = 3
+
+
 def install(session: nox.Session, django: str, extras: str = EXTRAS) -> None:
     """The project (editable) with its test extras, on the wanted Django release."""
-    session.install("-e", f"{ROOT}[{extras}]", DJANGO[django])
+    for attempt in range(1, INSTALL_TRIES + 1):
+        try:
+            session.install("-e", f"{ROOT}[{extras}]", DJANGO[django])
+            break
+        except CommandFailed:
+            if attempt == INSTALL_TRIES:
+                raise
+            session.warn(f"pip failed (try {attempt} of {INSTALL_TRIES}); trying again")
+            time.sleep(5 * attempt)
     found = session.run("python", "-c", "import django; print(django.get_version())", silent=True)
     # (None under --install-only, which runs no command.)
     if found is not None and not found.strip().startswith(django):
