@@ -12,6 +12,7 @@
  * - Focus survives htmx swaps (live refreshes, Next/Previous, Apply): the element that had
  *   it is found again in the new content (by id, rel, href, or name and value), else the
  *   swapped region itself takes focus, so a keyboard user never falls back to the top.
+ * - Disclosures (<details>) keep the state the reader gave them across those swaps.
  * - "Live" checkboxes (data-refresh) reload their region every few seconds.
  * - "Show local time" switches absolute times (<time class="abs">) to the browser's zone.
  * - Table cells get their column's heading as data-label (phones show rows as labelled cards).
@@ -243,6 +244,60 @@
     localTimes();
   });
 
+  // -------------------------------------------------------- disclosures across swaps
+  // A disclosure (<details>) the reader opened or closed keeps that state when its region
+  // is refreshed (the overview's chart numbers every minute, a running job's attempts
+  // every few seconds): it is found again by id, else by its summary's text (the n-th of
+  // that text), and given the state it had.  Disclosures new to the region keep the
+  // server's default.
+  // (Per region id: two regions may be swapped at once, e.g. on "mq:visible".)
+  var pendingDisclosures = {};
+
+  function disclosureKeys(region) {
+    var keys = [];
+    var seen = {};
+    var all = region.querySelectorAll("details");
+    for (var i = 0; i < all.length; i += 1) {
+      var d = all[i];
+      var key = null;
+      if (d.id) {
+        key = "#" + d.id;
+      } else {
+        var summary = d.querySelector(":scope > summary");
+        if (summary) {
+          var text = summary.textContent.replace(/\s+/g, " ").trim();
+          seen[text] = (seen[text] || 0) + 1;
+          key = seen[text] + "\u0000" + text;
+        }
+      }
+      if (key !== null) { keys.push({ key: key, el: d }); }
+    }
+    return keys;
+  }
+
+  document.addEventListener("htmx:beforeSwap", function (event) {
+    var target = event.detail && event.detail.target;
+    if (!target || !target.id || !target.querySelectorAll) { return; }
+    var states = {};
+    var any = false;
+    disclosureKeys(target).forEach(function (entry) {
+      states[entry.key] = entry.el.open;
+      any = true;
+    });
+    if (any) { pendingDisclosures[target.id] = states; } else { delete pendingDisclosures[target.id]; }
+  });
+
+  // On htmx:afterSwap, in the same task as the swap: no click can come in between.
+  document.addEventListener("htmx:afterSwap", function (event) {
+    var region = event.target;
+    if (!region || !region.id || !Object.prototype.hasOwnProperty.call(pendingDisclosures, region.id)) { return; }
+    var states = pendingDisclosures[region.id];
+    delete pendingDisclosures[region.id];
+    disclosureKeys(region).forEach(function (entry) {
+      if (Object.prototype.hasOwnProperty.call(states, entry.key)) { entry.el.open = states[entry.key]; }
+    });
+  });
+
   // -------------------------------------------------------------- focus across swaps
   var pendingFocus = null;
 
@@ -262,6 +317,10 @@
       return { selector: sel };
     }
     if (tag === "button") { return { selector: "button", text: el.textContent.trim() }; }
+    if (tag === "summary" && el.parentElement && el.parentElement.id) {
+      return { selector: "#" + CSS.escape(el.parentElement.id) + " > summary" };
+    }
+    if (tag === "summary") { return { selector: "summary", text: el.textContent.trim() }; }
     return null;
   }
 

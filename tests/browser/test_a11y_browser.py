@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 
+from store import Claimed, EnqueueRequest, Retry
+from store.jobs import encode_failure
 from tests.browser.conftest import ARTIFACTS, PHONE_PROBLEMS_JS, ConsoleLog, phone_page, shot
 from tests.browser.test_dashboard_browser import Demo, demo, log_in  # noqa: F401 (fixture)
 
@@ -225,6 +227,17 @@ def test_the_keyboard_keeps_its_place(
     page.keyboard.press("Enter")
     assert page.locator("details.chart-values table").first.is_visible()
     assert page.locator("details.chart-values tbody tr").first.locator("td").count() == 3
+    # They stay open, their summary focused, through the region's refreshes (every minute).
+    swapped(
+        page,
+        "#throughput",
+        lambda: page.evaluate("document.body.dispatchEvent(new CustomEvent('mq:visible'))"),
+    )
+    assert page.locator("details.chart-values table").first.is_visible()
+    assert page.evaluate(
+        "document.activeElement.matches('details.chart-values > summary')"
+        " && document.activeElement.parentElement.isConnected"
+    )
 
     # Next and Previous keep focus on the pager; Apply keeps it on the button.
     page.goto(base + "/jobs/?store=main&limit=20")
@@ -276,6 +289,46 @@ def test_live_explorer_and_local_times(
         assert tab.locator("time.abs").first.inner_text() == utc
     finally:
         tokyo.close()
+    assert not console.errors, console.errors
+
+
+def test_a_running_jobs_refresh_keeps_the_attempts_the_reader_opened(
+    page: Any,
+    live_server: Any,
+    demo: Demo,  # noqa: F811
+    console: ConsoleLog,
+) -> None:
+    """The job page of a job still to run refreshes every few seconds; the attempt's
+    traceback the reader opened stays open, the other stays closed."""
+    job = demo.main.enqueue(
+        EnqueueRequest(name="Retried", queue="browser-retry", attempts_max=3)
+    ).id
+    for attempt in (1, 2):
+        claimed = demo.main.claim(queue="browser-retry", names=["Retried"], token=f"w:{attempt}")
+        assert isinstance(claimed, Claimed) and claimed.job.id == job
+        try:
+            raise TimeoutError(f"the upstream took too long (try {attempt})")
+        except TimeoutError as exc:
+            # Retried at once, then in a minute: the job stays delayed, its page live.
+            delay = 0 if attempt == 1 else 60_000
+            demo.main.ack(job, f"w:{attempt}", Retry(delay, encode_failure(exc)))
+    base = live_server.url
+    log_in(page, base, f"/stores/main/jobs/{job}")
+    attempts = page.locator("#job-summary li details")
+    assert attempts.count() == 2
+    assert [attempts.nth(i).get_attribute("open") for i in (0, 1)] == [None, None]
+    attempts.nth(1).locator("summary").click()
+
+    swapped(
+        page,
+        "#job-summary",
+        lambda: page.evaluate("document.body.dispatchEvent(new CustomEvent('mq:visible'))"),
+    )
+
+    attempts = page.locator("#job-summary li details")
+    assert attempts.nth(0).get_attribute("open") is None
+    assert attempts.nth(1).get_attribute("open") is not None
+    assert attempts.nth(1).locator("pre.traceback").is_visible()
     assert not console.errors, console.errors
 
 
