@@ -14,8 +14,9 @@ from typing import Any
 import django
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Warning
+from django.core.exceptions import ImproperlyConfigured
 
-from mqadmin.config import validate_stores
+from mqadmin.config import seconds_setting, validate_stores
 
 
 def check_store_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
@@ -271,19 +272,18 @@ def check_connection_settings() -> list[CheckMessage]:
             )
         )
     recheck = getattr(settings, "MQ_STORE_RECHECK_SECONDS", None)
-    if recheck is not None and (
-        isinstance(recheck, bool)
-        or not isinstance(recheck, (int, float))
-        or not 0 <= recheck < float("inf")
-    ):
-        messages.append(
-            Error(
-                f"MQ_STORE_RECHECK_SECONDS must be a number of seconds >= 0, got {recheck!r}.",
-                hint="Example: MQ_STORE_RECHECK_SECONDS = 5 (0: look at a down store's "
-                "Redis on every page).",
-                id="mqadmin.E020",
+    if recheck is not None:
+        try:
+            seconds_setting("MQ_STORE_RECHECK_SECONDS", recheck, zero_ok=True)
+        except ImproperlyConfigured as exc:
+            messages.append(
+                Error(
+                    f"{exc}.",
+                    hint="Example: MQ_STORE_RECHECK_SECONDS = 5 (0: look at a down store's "
+                    "Redis on every page).",
+                    id="mqadmin.E020",
+                )
             )
-        )
     data_dir = getattr(settings, "MQ_DATA_DIR", None)
     if data_dir is not None and not isinstance(data_dir, (str, os.PathLike)):
         messages.append(

@@ -47,18 +47,20 @@ def env_list(name: str, default: list[str]) -> list[str]:
     return [item.strip() for item in raw.split(",") if item.strip()]
 
 
-def positive_seconds(name: str, value: Any) -> float:
-    """A timeout setting (``int``, ``float`` or numeric text) as seconds.
+def seconds_setting(name: str, value: Any, *, zero_ok: bool = False) -> float:
+    """A number-of-seconds setting (``int``, ``float`` or numeric text) as seconds.
 
     Raises:
-        ImproperlyConfigured: not a positive, finite number.
+        ImproperlyConfigured: not a finite number above 0 (0 or more with ``zero_ok``).
     """
     try:
         seconds = float(value)
     except (TypeError, ValueError):
-        seconds = 0.0
-    if isinstance(value, bool) or not 0 < seconds < float("inf"):
-        raise ImproperlyConfigured(f"{name}={value!r} must be a positive number of seconds")
+        seconds = float("nan")
+    low_ok = seconds >= 0 if zero_ok else seconds > 0
+    if isinstance(value, bool) or not (low_ok and seconds < float("inf")):
+        wanted = "a number of seconds, 0 or more" if zero_ok else "a positive number of seconds"
+        raise ImproperlyConfigured(f"{name}={value!r} must be {wanted}")
     return seconds
 
 

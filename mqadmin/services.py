@@ -63,9 +63,18 @@ DOWN_RECHECK_S = 5.0
 
 
 def down_recheck_s() -> float:
-    """Seconds between two looks at a Redis found unreachable (``MQ_STORE_RECHECK_SECONDS``)."""
+    """Seconds between two looks at a Redis found unreachable (``MQ_STORE_RECHECK_SECONDS``).
+
+    Raises:
+        ImproperlyConfigured: the setting is not a number of seconds, 0 or more
+            (``manage.py check`` reports it first: ``mqadmin.E020``).
+    """
+    from mqadmin.config import seconds_setting
+
     value = getattr(settings, "MQ_STORE_RECHECK_SECONDS", None)
-    return DOWN_RECHECK_S if value is None else float(value)
+    if value is None:
+        return DOWN_RECHECK_S
+    return seconds_setting("MQ_STORE_RECHECK_SECONDS", value, zero_ok=True)
 
 
 class StateCounts:
@@ -146,17 +155,17 @@ def timeout_options() -> TimeoutOptions:
     Raises:
         ImproperlyConfigured: a setting is not a positive number.
     """
-    from mqadmin.config import positive_seconds
+    from mqadmin.config import seconds_setting
 
     options: TimeoutOptions = {}
     connect_timeout = getattr(settings, "MQ_REDIS_CONNECT_TIMEOUT", None)
     if connect_timeout is not None:
-        options["socket_connect_timeout"] = positive_seconds(
+        options["socket_connect_timeout"] = seconds_setting(
             "MQ_REDIS_CONNECT_TIMEOUT", connect_timeout
         )
     socket_timeout = getattr(settings, "MQ_REDIS_SOCKET_TIMEOUT", None)
     if socket_timeout is not None:
-        options["socket_timeout"] = positive_seconds("MQ_REDIS_SOCKET_TIMEOUT", socket_timeout)
+        options["socket_timeout"] = seconds_setting("MQ_REDIS_SOCKET_TIMEOUT", socket_timeout)
     return options
 
 

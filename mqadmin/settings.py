@@ -25,6 +25,7 @@ from mqadmin.config import (
     env_list,
     load_or_create_secret_key,
     parse_stores,
+    seconds_setting,
 )
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -190,7 +191,9 @@ MQ_EVENTS_ENABLED = env_bool("MQ_EVENTS_ENABLED", default=True)
 MQ_EVENTS_MAX_CONNECTIONS = int(os.environ.get("MQ_EVENTS_MAX_CONNECTIONS") or 8)
 # Seconds a store whose Redis was found unreachable is reported down at once before the
 # dashboard tries it again (one connection without retries; docs/dashboard.md).
-MQ_STORE_RECHECK_SECONDS = float(os.environ.get("MQ_STORE_RECHECK_SECONDS") or 5)
+MQ_STORE_RECHECK_SECONDS = seconds_setting(
+    "MQ_STORE_RECHECK_SECONDS", os.environ.get("MQ_STORE_RECHECK_SECONDS") or 5, zero_ok=True
+)
 # When set, /metrics/ also answers a scraper sending "Authorization: Bearer <token>"
 # (dashboard users always may read it).
 MQ_METRICS_TOKEN = os.environ.get("MQ_METRICS_TOKEN") or None

@@ -22,6 +22,7 @@ from mqadmin.config import (
     load_or_create_secret_key,
     parse_database_url,
     parse_stores,
+    seconds_setting,
 )
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -99,6 +100,18 @@ def test_env_bool_and_env_list(monkeypatch: pytest.MonkeyPatch) -> None:
     assert env_list("MQ_HOSTS", default=["x"]) == ["a.example", "b.example"]
     monkeypatch.delenv("MQ_HOSTS")
     assert env_list("MQ_HOSTS", default=["x"]) == ["x"]
+
+
+def test_seconds_settings_name_the_setting_when_refused() -> None:
+    assert seconds_setting("T", 3) == 3.0
+    assert seconds_setting("T", "2.5") == 2.5
+    assert seconds_setting("R", 0, zero_ok=True) == 0.0
+    for bad in (0, -1, "soon", True, float("inf"), float("nan"), None):
+        with pytest.raises(ImproperlyConfigured, match=r"^T=.* must be a positive number"):
+            seconds_setting("T", bad)
+    for bad in (-0.5, "", "later", False):
+        with pytest.raises(ImproperlyConfigured, match=r"^R=.* must be a number of seconds, 0 or"):
+            seconds_setting("R", bad, zero_ok=True)
 
 
 def test_mq_stores_default_and_json() -> None:
