@@ -194,6 +194,16 @@ class JobCancelledError(StoreDefect):
 UNAVAILABLE_ERRORS: tuple[type[Exception], ...] = (RedisError, RedisClusterException)
 
 
+#: What says a Redis cannot be reached (:func:`is_unreachable`); RedisClusterException, not a
+#: RedisError in redis-py, is no node of a cluster answering.
+UNREACHABLE_ERRORS: tuple[type[BaseException], ...] = (
+    RedisConnectionError,
+    RedisTimeoutError,
+    RedisClusterException,
+    OSError,
+)
+
+
 def is_unreachable(exc: BaseException) -> bool:
     """Whether ``exc`` (or an exception it was raised from) says the Redis cannot be reached:
     a refused, dropped or timed-out connection, no cluster node answering, and what
@@ -204,9 +214,7 @@ def is_unreachable(exc: BaseException) -> bool:
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:
         seen.add(id(current))
-        # (RedisClusterException, not a RedisError in redis-py: no node of the cluster answered.)
-        unreachable = (RedisConnectionError, RedisTimeoutError, RedisClusterException, OSError)
-        if isinstance(current, unreachable):
+        if isinstance(current, UNREACHABLE_ERRORS):
             return True
         current = current.__cause__ or current.__context__
     return False
