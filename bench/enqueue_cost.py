@@ -292,13 +292,14 @@ def _plain_writes(client: Any, seq: int, now: str, payload: str) -> None:
         },
     )
     pipe.rpush("{f}:ixpend", now, jid, "11a", "default", "noop")
-    pipe.zadd("{f}:waiting:default", {f"{seq:015d}{jid}": 0})
+    pipe.zadd("{f}:waiting:default", {f"{seq:016d}{jid}": 0})
     pipe.hincrby("{f}:counts", "default|waiting", 1)
     pipe.sadd("{f}:qnames", "default\0noop")
     pipe.publish("{f}:wake", "default")
     pipe.xadd(
         "{f}:events",
-        {"e": f"enqueued\0noop\0default\00\0{now}\0\01\0{jid}"},
+        # The event record: type, name, queue, attempt, time, data, count, id (NUL-joined).
+        {"e": "\0".join(("enqueued", "noop", "default", "0", now, "", "1", jid))},
         maxlen=10_000,
         approximate=True,
     )
