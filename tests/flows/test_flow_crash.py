@@ -261,7 +261,11 @@ def test_worker_killed_mid_chunked_fan_out_recovers_and_settles_exactly(
             main,
             [digest],
             registry=registry,
-            lock_duration_ms=1000,
+            # The crashed child's own 1 s lock makes the recovery quick; the attempt that
+            # recovers holds a longer one, so a loaded machine (a CI pass of six test
+            # workers on two cores) that delays its heartbeat past 1 s does not count as a
+            # second stall (max_stalled_count=1 would then fail the job).
+            lock_duration_ms=10_000,
             stalled_interval_ms=300,
             max_stalled_count=1,
             flow_sweep_interval_ms=2000,
