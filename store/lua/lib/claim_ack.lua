@@ -175,7 +175,9 @@ local function claim_next(now, token, lock_ms, queue, names, batch)
       end
       if batch.defer then
         local active = batch.active
-        active[#active + 1] = expires
+        -- As text: a number argument is printed again (%.17g) for every
+        -- member, while fmt prints a time once and reuses it.
+        active[#active + 1] = fmt(expires)
         active[#active + 1] = id
       else
         redis.call('ZADD', K_ACTIVE, expires, id)

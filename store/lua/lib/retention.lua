@@ -173,10 +173,11 @@ local function retain_terminal(id, name, state, keep_json, now, apply_prune)
   local rule = keep_rule(keep_json, state)
   if HELD.on then
     -- In a batch of acks: held, unless a keep rule reads the sets now (what
-    -- the batch holds is written first).
+    -- the batch holds is written first).  The score as text (fmt, printed
+    -- once for the call's time), not a number printed again for each member.
     if not rule then
-      push_keyed(HELD.zadd, HELD.order, k_finished(state), now, id)
-      push_keyed(HELD.zadd, HELD.order, k_terminal(name, state), now, id)
+      push_keyed(HELD.zadd, HELD.order, k_finished(state), fmt(now), id)
+      push_keyed(HELD.zadd, HELD.order, k_terminal(name, state), fmt(now), id)
       return
     end
     flush_held()
