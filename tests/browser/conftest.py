@@ -79,6 +79,26 @@ def browser() -> Iterator[Any]:
             instance.close()
 
 
+@pytest.fixture(scope="module", autouse=True)
+def no_stray_embedded_redis() -> Iterator[None]:
+    """A browser module leaves no embedded Redis running for the project's default store
+    (the checkout's var/redis, when no MQ_REDIS_URL is set) that was not running before it:
+    every test here serves stores of its own, so one would mean a request was served with
+    the project's settings, and the server would outlive the run."""
+    from mqadmin import services
+    from store.embedded import EmbeddedRedis
+
+    server = EmbeddedRedis(services.embedded_data_dir())
+    before = server.is_running()
+    yield
+    if not before and server.is_running():
+        server.stop()
+        pytest.fail(
+            f"a request was served with the project's default store: an embedded Redis was "
+            f"started in {server.data_dir} (stopped now)"
+        )
+
+
 class ConsoleLog:
     """Console errors and page errors of one page (CSP violations are console errors)."""
 
@@ -102,7 +122,13 @@ def console() -> ConsoleLog:
 
 
 @pytest.fixture
-def page(browser: Any, console: ConsoleLog, request: pytest.FixtureRequest) -> Iterator[Any]:
+def page(
+    browser: Any, console: ConsoleLog, settings: Any, request: pytest.FixtureRequest
+) -> Iterator[Any]:
+    # settings: requested so that a test's settings (its MQ_STORES) are restored only after
+    # the tab is closed and its last requests served.  A poll served after the restore
+    # would open the project's default store -- an embedded Redis started in the
+    # checkout's var/redis and left running.
     context = browser.new_context(viewport={"width": 1400, "height": 900})
     # confirm() dialogs (data-confirm buttons) are accepted, as a user would.
     context.on("page", lambda p: p.on("dialog", lambda d: d.accept()))
