@@ -176,8 +176,9 @@ local function retain_terminal(id, name, state, keep_json, now, apply_prune)
     -- the batch holds is written first).  The score as text (fmt, printed
     -- once for the call's time), not a number printed again for each member.
     if not rule then
-      push_keyed(HELD.zadd, HELD.order, k_finished(state), fmt(now), id)
-      push_keyed(HELD.zadd, HELD.order, k_terminal(name, state), fmt(now), id)
+      local score = fmt(now)
+      push_keyed(HELD.zadd, HELD.order, k_finished(state), score, id)
+      push_keyed(HELD.zadd, HELD.order, k_terminal(name, state), score, id)
       return
     end
     flush_held()
